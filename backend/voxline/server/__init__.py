@@ -1,0 +1,1 @@
+"""The Starlette application behind `voxline serve`."""

@@ -1,0 +1,113 @@
+"""The Voxline web app: the demo page, the browser models, health and metrics.
+
+Browser models are served straight from the model cache, and only the files the manifest pins, so the URL space
+cannot reach anything else in the cache.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import time
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from voxline import __version__, paths
+from voxline.config import Settings
+from voxline.errors import VoxlineError
+from voxline.models import Manifest, load_manifest
+from voxline.models.supply import is_current, require_models
+from voxline.server.headers import IsolationHeadersMiddleware
+
+# Module scripts and wasm must carry these types or browsers refuse them (Python 3.11 does not know .mjs).
+mimetypes.add_type("text/javascript", ".mjs")
+mimetypes.add_type("application/wasm", ".wasm")
+
+
+def browser_manifest(manifest: Manifest) -> dict:
+    """What the page needs to fetch and check its models: URL, size and sha256 of each file."""
+    models = []
+    for spec in manifest.models:
+        if not spec.browser:
+            continue
+        folder = paths.model_dir(spec.name)
+        files = [
+            {
+                "name": artifact,
+                "url": f"/wasm_models/{spec.name}/{artifact}",
+                "sha256": digest,
+                "size": (folder / artifact).stat().st_size if (folder / artifact).exists() else None,
+            }
+            for artifact, digest in spec.artifacts.items()
+        ]
+        models.append({"name": spec.name, "role": spec.role, "files": files})
+    return {"version": __version__, "models": models}
+
+
+def _require_dirs(settings: Settings) -> None:
+    for folder in (settings.web_dir, settings.node_modules_dir / "onnxruntime-web" / "dist"):
+        if not folder.is_dir():
+            raise VoxlineError(f"{folder} does not exist: run `bash scripts/setup.sh` (it runs `npm ci`)")
+
+
+def create_app(settings: Settings | None = None, manifest: Manifest | None = None) -> Starlette:
+    """Build the app; refuses (ModelMissing) when a model it serves or needs is not built and verified."""
+    settings = settings or Settings.from_env()
+    manifest = manifest or load_manifest()
+    browser_models = [m.name for m in manifest.models if m.browser]
+    require_models(manifest, browser_models + settings.server_models())
+    _require_dirs(settings)
+    started = time.time()
+    registry = CollectorRegistry()
+    Gauge("voxline_up_seconds", "Seconds since the server started", registry=registry).set_function(
+        lambda: time.time() - started
+    )
+    # Loaded is set by the parts of the server that load a model into memory; today nothing loads yet.
+    loaded: dict[str, bool] = {}
+
+    async def healthz(request: Request) -> JSONResponse:
+        models = []
+        for spec in manifest.models:
+            if spec.name not in browser_models and spec.name not in settings.server_models():
+                continue
+            models.append({
+                "name": spec.name,
+                "role": spec.role,
+                "artifacts": spec.artifacts,
+                "verified": is_current(spec),
+                "served_to_browser": spec.browser,
+                "loaded": loaded.get(spec.name, False),
+            })
+        status = "ok" if all(m["verified"] for m in models) else "degraded"
+        return JSONResponse({"status": status, "version": __version__, "models": models},
+                            status_code=200 if status == "ok" else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def models_manifest(request: Request) -> JSONResponse:
+        return JSONResponse(browser_manifest(manifest), headers={"cache-control": "no-cache"})
+
+    async def model_file(request: Request) -> FileResponse:
+        name, artifact = request.path_params["name"], request.path_params["artifact"]
+        if name not in browser_models or artifact not in manifest.model(name).artifacts:
+            raise HTTPException(404, f"no browser model file {name}/{artifact}")
+        # Content-addressed by the manifest digest: the browser may keep it as long as the digest is unchanged.
+        return FileResponse(paths.model_dir(name) / artifact, headers={"cache-control": "public, max-age=3600"})
+
+    routes = [
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+        Route("/wasm_models/manifest.json", models_manifest),
+        Route("/wasm_models/{name}/{artifact}", model_file),
+        Mount("/vendor/onnxruntime-web", StaticFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist")),
+        Mount("/vendor/pyodide", StaticFiles(directory=settings.node_modules_dir / "pyodide")),
+        Mount("/", StaticFiles(directory=settings.web_dir, html=True)),
+    ]
+    return Starlette(routes=routes, middleware=[Middleware(IsolationHeadersMiddleware)])
