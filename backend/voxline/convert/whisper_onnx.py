@@ -1,0 +1,722 @@
+"""Convert Whisper (CTranslate2 `model.bin`) to two int8 ONNX graphs for onnxruntime-web, with numpy + onnx only.
+
+Outputs of `build(src_dir, out_dir)`:
+
+* `encoder.int8.onnx`: `samples` float32 [1, N] (16 kHz mono, N <= 480000, padded by the caller) ->
+  `cross_k`, `cross_v` float32 [layers, 1, heads, frames, head_dim] with frames = ceil((N // 160) / 2).
+  The log-mel front end is inside the graph and reproduces faster-whisper's `FeatureExtractor` on the
+  same samples (its 160 trailing zeros, reflect padding, periodic Hann, Slaney mel, log10 clamp,
+  max-8 floor, (x+4)/4), then keeps the first N // 160 frames, as faster-whisper does when it
+  trims the features of a 30 s window to 3000 frames.
+* `decoder.int8.onnx`: `tokens` int64 [1, T], `past_k`/`past_v` float32 [layers, 1, heads, P, head_dim]
+  (P = 0 on the first call), `cross_k`/`cross_v` -> `logits` float32 [1, vocab] of the last position,
+  `new_k`/`new_v` [layers, 1, heads, P + T, head_dim]. Positions start at P, read from `past_k`'s shape.
+  The token embedding is stored once, as int8 with one scale per token, and is reused (through
+  MatMulInteger) as the tied output projection.
+* `tokens.json`: id -> token strings (GPT-2 byte-level alphabet), special ids, decoding prompt,
+  suppression lists and model dims; with the GPT-2 byte decoder this is all a browser needs.
+
+`OnnxWhisper` is a small Python reference runtime for those files (greedy decoding with the KV cache,
+token suppression as faster-whisper applies it), used by the tests and as the model for the JS port.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from voxline.convert.ct2_reader import CT2FormatError, CT2Model, read_ct2_model
+
+SAMPLE_RATE = 16000
+N_FFT = 400
+HOP_LENGTH = 160
+MAX_SAMPLES = 30 * SAMPLE_RATE
+OPSET = 17  # LayerNormalization needs 17; kept low for onnxruntime-web.
+LAYER_NORM_EPS = 1e-5
+MASK_VALUE = -1e9  # finite so that a fully masked row could never turn into NaN
+MAX_NEW_TOKENS = 224  # CTranslate2's cap for Whisper: half the 448-token text context
+
+ENCODER_FILE = "encoder.int8.onnx"
+DECODER_FILE = "decoder.int8.onnx"
+TOKENS_FILE = "tokens.json"
+
+Log = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Model dimensions and tokenizer facts
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WhisperDims:
+    """Sizes read from the checkpoint (nothing is assumed about which Whisper size it is)."""
+
+    n_mels: int
+    d_model: int
+    heads: int
+    encoder_layers: int
+    decoder_layers: int
+    n_audio_ctx: int
+    n_text_ctx: int
+    vocab: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+def _count_layers(model: CT2Model, prefix: str) -> int:
+    n = 0
+    while f"{prefix}/layer_{n}/ffn/linear_0/weight" in model:
+        n += 1
+    return n
+
+
+def read_dims(model: CT2Model) -> WhisperDims:
+    """Derive the dimensions from the variable shapes and check the spec is a Whisper one this code maps."""
+    if model.spec_name != "WhisperSpec" or model.spec_revision != 3:
+        raise CT2FormatError(
+            f"expected a WhisperSpec revision 3 model, got {model.spec_name} revision {model.spec_revision}"
+        )
+    heads = int(model.scalar("encoder/num_heads"))
+    if int(model.scalar("decoder/num_heads")) != heads:
+        raise CT2FormatError("encoder and decoder head counts differ; not a standard Whisper model")
+    n_audio_ctx, d_model = model["encoder/position_encodings/encodings"].shape
+    n_text_ctx = model["decoder/position_encodings/encodings"].shape[0]
+    return WhisperDims(
+        n_mels=model["encoder/conv1/weight"].shape[1],
+        d_model=d_model,
+        heads=heads,
+        encoder_layers=_count_layers(model, "encoder"),
+        decoder_layers=_count_layers(model, "decoder"),
+        n_audio_ctx=n_audio_ctx,
+        n_text_ctx=n_text_ctx,
+        vocab=model["decoder/embeddings/weight"].shape[0],
+    )
+
+
+# Whisper's list of symbols that mark non-speech annotations ("[MUSIC]", "(laughs)", "♪"); faster-whisper
+# suppresses the tokens that spell them when called with suppress_tokens=[-1].
+_NON_SPEECH_SYMBOLS = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』') + (
+    "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split()
+)
+_MUSIC_SIGNS = "♩♪♫♬♭♮♯"
+
+
+def non_speech_token_ids(tokenizer_json: Path) -> list[int]:
+    """The token ids faster-whisper's `Tokenizer.non_speech_tokens` yields for this tokenizer."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_json))
+
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False).ids
+
+    # A leading hyphen or apostrophe is a speaker/annotation marker; inside words they stay allowed.
+    ids = {enc(" -")[0], enc(" '")[0]}
+    for symbol in _NON_SPEECH_SYMBOLS + list(_MUSIC_SIGNS):
+        for variant in (symbol, " " + symbol):
+            encoded = enc(variant)
+            # Music signs share their first UTF-8 bytes, so suppressing the first token is safe for them.
+            if len(encoded) == 1 or symbol in _MUSIC_SIGNS:
+                ids.add(encoded[0])
+    return sorted(ids)
+
+
+def _special_ids(vocab: list[str]) -> dict[str, int | None]:
+    index = {token: i for i, token in enumerate(vocab) if token.startswith("<|") and token.endswith("|>")}
+    names = {
+        "eot": "<|endoftext|>",
+        "sot": "<|startoftranscript|>",
+        "translate": "<|translate|>",
+        "transcribe": "<|transcribe|>",
+        "startoflm": "<|startoflm|>",
+        "startofprev": "<|startofprev|>",
+        "nocaptions": "<|nocaptions|>",
+        "nospeech": "<|nospeech|>",
+        "notimestamps": "<|notimestamps|>",
+        "en": "<|en|>",
+    }
+    special: dict[str, int | None] = {key: index.get(token) for key, token in names.items()}
+    if None in (special["eot"], special["sot"], special["notimestamps"]):
+        raise CT2FormatError("vocabulary lacks <|endoftext|>, <|startoftranscript|> or <|notimestamps|>")
+    # Older checkpoints call the no-speech token <|nocaptions|>; expose one name for the runtime.
+    special["no_speech"] = special["nospeech"] if special["nospeech"] is not None else special["nocaptions"]
+    special["timestamp_begin"] = special["notimestamps"] + 1
+    return special
+
+
+def _is_multilingual(vocab_size: int) -> bool:
+    # Same rule as openai-whisper and faster-whisper: multilingual checkpoints have 51865+ tokens.
+    return vocab_size >= 51865
+
+
+def tokens_table(src_dir: Path, dims: WhisperDims, config: dict) -> dict:
+    """Everything the browser decoder needs besides the two graphs, as a JSON-ready dict."""
+    vocab = (src_dir / "vocabulary.txt").read_text(encoding="utf-8").split("\n")
+    if vocab and vocab[-1] == "":
+        vocab.pop()
+    if len(vocab) != dims.vocab:
+        raise CT2FormatError(f"vocabulary.txt has {len(vocab)} tokens, the model {dims.vocab}")
+    special = _special_ids(vocab)
+    multilingual = _is_multilingual(dims.vocab)
+    sot_sequence = [special["sot"]]
+    if multilingual:
+        sot_sequence += [special["en"], special["transcribe"]]
+    always = [special[k] for k in ("transcribe", "translate", "sot", "startofprev", "startoflm", "no_speech")]
+    suppress = sorted(set(non_speech_token_ids(src_dir / "tokenizer.json")) | {i for i in always if i is not None})
+    return {
+        "format": 1,
+        "multilingual": multilingual,
+        "dims": {
+            "n_mels": dims.n_mels,
+            "d_model": dims.d_model,
+            "layers": dims.decoder_layers,
+            "encoder_layers": dims.encoder_layers,
+            "heads": dims.heads,
+            "head_dim": dims.head_dim,
+            "vocab": dims.vocab,
+            "n_audio_ctx": dims.n_audio_ctx,
+            "n_text_ctx": dims.n_text_ctx,
+            "sample_rate": SAMPLE_RATE,
+            "hop_length": HOP_LENGTH,
+            "max_samples": MAX_SAMPLES,
+            "max_new_tokens": MAX_NEW_TOKENS,
+        },
+        "special": special,
+        "prompt": sot_sequence + [special["notimestamps"]],
+        "suppress_ids": suppress,
+        "suppress_ids_begin": list(config.get("suppress_ids_begin") or [special["eot"]]),
+        "tokens": vocab,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Log-mel front end, computed in numpy at build time
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
+    """Slaney mel scale: linear below 1 kHz, logarithmic above (librosa's htk=False)."""
+    hz = np.asarray(hz, dtype=np.float64)
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    logstep = math.log(6.4) / 27.0
+    linear = hz / f_sp
+    log = min_log_hz / f_sp + np.log(np.maximum(hz, min_log_hz) / min_log_hz) / logstep
+    return np.where(hz >= min_log_hz, log, linear)
+
+
+def _mel_to_hz(mel: np.ndarray) -> np.ndarray:
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = math.log(6.4) / 27.0
+    linear = f_sp * mel
+    log = min_log_hz * np.exp(logstep * (mel - min_log_mel))
+    return np.where(mel >= min_log_mel, log, linear)
+
+
+def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-normalised triangular mel filters [n_mels, n_fft // 2 + 1], as librosa.filters.mel(sr, n_fft, n_mels)."""
+    fft_hz = np.fft.rfftfreq(n_fft, 1.0 / sr)
+    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(sr / 2)), n_mels + 2))
+    widths = np.diff(edges)
+    dist = edges[:, None] - fft_hz[None, :]
+    rising = -dist[:-2] / widths[:-1, None]
+    falling = dist[2:] / widths[1:, None]
+    weights = np.maximum(0.0, np.minimum(rising, falling))
+    weights *= (2.0 / (edges[2:] - edges[:-2]))[:, None]  # equal area per band
+    return weights.astype(np.float32)
+
+
+def dft_basis(n_fft: int = N_FFT) -> np.ndarray:
+    """Conv1d weights [2 * (n_fft // 2 + 1), 1, n_fft]: periodic-Hann-windowed cosines then sines."""
+    window = np.hanning(n_fft + 1)[:-1]
+    n = np.arange(n_fft)
+    k = np.arange(n_fft // 2 + 1)[:, None]
+    angle = 2.0 * np.pi * k * n / n_fft
+    basis = np.concatenate([np.cos(angle), -np.sin(angle)]) * window
+    return basis[:, None, :].astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A minimal ONNX graph builder: deterministic names, so two builds serialise to the same bytes
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class _Graph:
+    """Accumulates nodes and initializers; every generated name comes from a counter, never from id() or time."""
+
+    def __init__(self) -> None:
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+        self._names: set[str] = set()
+        self._counter = 0
+        self._consts: dict[tuple, str] = {}
+
+    def _fresh(self, hint: str) -> str:
+        self._counter += 1
+        return f"{hint}_{self._counter}"
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        if name in self._names:
+            raise ValueError(f"duplicate initializer {name}")
+        self._names.add(name)
+        # np.array, not np.ascontiguousarray: the latter turns 0-d scalars into shape [1].
+        self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
+        return name
+
+    def const(self, value: Sequence[int | float] | int | float, dtype=np.int64) -> str:
+        """A small shared constant (shape vectors, scalars); identical values reuse one initializer."""
+        array = np.asarray(value, dtype=dtype)
+        key = (array.dtype.str, array.shape, array.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight(self._fresh("const"), array)
+        return self._consts[key]
+
+    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, name: str | None = None, **attrs):
+        """Append one node; returns its output name (or tuple of names when n_out > 1)."""
+        node_name = name or self._fresh(op_type)
+        outputs = [f"{node_name}:{i}" if n_out > 1 else node_name for i in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outputs, name=node_name, **attrs))
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def model(self, inputs, outputs, doc: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, "main", inputs, outputs, self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="voxline")
+        model.ir_version = 8  # readable by every onnxruntime-web release of the last years
+        model.doc_string = doc
+        onnx.checker.check_model(model)
+        return model
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transformer building blocks
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32)
+
+
+def _linear(g: _Graph, x: str, model: CT2Model, scope: str, rows: slice = slice(None), scale: float = 1.0) -> str:
+    """x @ W[rows].T + b[rows]; W is stored transposed so quantize_dynamic sees a constant MatMul B input."""
+    w = _f32(model[f"{scope}/weight"])[rows] * scale
+    y = g.op("MatMul", [x, g.weight(f"{scope}/weight_t", w.T)], name=f"{scope}/matmul")
+    if f"{scope}/bias" in model:
+        b = _f32(model[f"{scope}/bias"])[rows] * scale
+        y = g.op("Add", [y, g.weight(f"{scope}/bias", b)], name=f"{scope}/add")
+    return y
+
+
+def _layer_norm(g: _Graph, x: str, model: CT2Model, scope: str) -> str:
+    gamma = g.weight(f"{scope}/gamma", _f32(model[f"{scope}/gamma"]))
+    beta = g.weight(f"{scope}/beta", _f32(model[f"{scope}/beta"]))
+    return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=LAYER_NORM_EPS, name=f"{scope}/ln")
+
+
+def _gelu(g: _Graph, x: str) -> str:
+    """Exact (erf) GELU as Whisper uses; onnxruntime fuses this pattern into one Gelu kernel."""
+    inner = g.op("Erf", [g.op("Mul", [x, g.const(1.0 / math.sqrt(2.0), np.float32)])])
+    return g.op("Mul", [g.op("Mul", [x, g.const(0.5, np.float32)]), g.op("Add", [inner, g.const(1.0, np.float32)])])
+
+
+def _split_heads(g: _Graph, x: str, dims: WhisperDims) -> str:
+    """[B, T, d_model] -> [B, heads, T, head_dim]."""
+    x = g.op("Reshape", [x, g.const([0, 0, dims.heads, dims.head_dim])])
+    return g.op("Transpose", [x], perm=[0, 2, 1, 3])
+
+
+def _merge_heads(g: _Graph, x: str, dims: WhisperDims) -> str:
+    x = g.op("Transpose", [x], perm=[0, 2, 1, 3])
+    return g.op("Reshape", [x, g.const([0, 0, dims.d_model])])
+
+
+def _attend(g: _Graph, q: str, k: str, v: str, scope: str, mask: str | None = None) -> str:
+    """softmax(q k^T [+ mask]) v on [B, H, *, D] tensors; q is pre-scaled by 1/sqrt(D) in its weights."""
+    scores = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])], name=f"{scope}/scores")
+    if mask is not None:
+        scores = g.op("Add", [scores, mask])
+    probs = g.op("Softmax", [scores], axis=-1)
+    return g.op("MatMul", [probs, v], name=f"{scope}/context")
+
+
+def _self_attention_qkv(g: _Graph, x: str, model: CT2Model, scope: str, dims: WhisperDims):
+    """Fused q/k/v projection of CTranslate2 (rows q, k, v) as three MatMuls, q scaled by 1/sqrt(head_dim)."""
+    d = dims.d_model
+    scale = 1.0 / math.sqrt(dims.head_dim)
+    q = _linear(g, x, model, f"{scope}/linear_0", slice(0, d), scale)
+    # Distinct initializer names per slice: the same CT2 variable feeds three graph weights.
+    k = _linear_slice(g, x, model, f"{scope}/linear_0", slice(d, 2 * d), "k")
+    v = _linear_slice(g, x, model, f"{scope}/linear_0", slice(2 * d, 3 * d), "v")
+    return _split_heads(g, q, dims), _split_heads(g, k, dims), _split_heads(g, v, dims)
+
+
+def _linear_slice(g: _Graph, x: str, model: CT2Model, scope: str, rows: slice, tag: str) -> str:
+    w = _f32(model[f"{scope}/weight"])[rows]
+    y = g.op("MatMul", [x, g.weight(f"{scope}/{tag}/weight_t", w.T)], name=f"{scope}/{tag}/matmul")
+    if f"{scope}/bias" in model:
+        b = _f32(model[f"{scope}/bias"])[rows]
+        if np.any(b):  # Whisper's key projection has no bias; skip the useless Add.
+            y = g.op("Add", [y, g.weight(f"{scope}/{tag}/bias", b)], name=f"{scope}/{tag}/add")
+    return y
+
+
+def _ffn(g: _Graph, x: str, model: CT2Model, scope: str) -> str:
+    h = _layer_norm(g, x, model, f"{scope}/layer_norm")
+    h = _gelu(g, _linear(g, h, model, f"{scope}/linear_0"))
+    return g.op("Add", [x, _linear(g, h, model, f"{scope}/linear_1")])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Encoder graph
+# ---------------------------------------------------------------------------------------------------------------
+
+FRONTEND_OUTPUT = "log_mel"
+
+
+def _log_mel(g: _Graph, samples: str, n_mels: int) -> str:
+    """samples [1, N] -> log-mel [1, n_mels, N // 160], the exact recipe of faster-whisper's FeatureExtractor."""
+    n_freq = N_FFT // 2 + 1
+    x = g.op("Pad", [samples, g.const([0, 0, 0, HOP_LENGTH])], name="frontend/pad_zeros")
+    x = g.op("Pad", [x, g.const([0, N_FFT // 2, 0, N_FFT // 2])], mode="reflect", name="frontend/pad_reflect")
+    x = g.op("Unsqueeze", [x, g.const([1])], name="frontend/unsqueeze")
+    spec = g.op("Conv", [x, g.weight("frontend/dft_basis", dft_basis())], strides=[HOP_LENGTH], name="frontend/stft")
+    power = g.op("Mul", [spec, spec], name="frontend/square")
+    re2 = g.op("Slice", [power, g.const([0]), g.const([n_freq]), g.const([1])], name="frontend/re2")
+    im2 = g.op("Slice", [power, g.const([n_freq]), g.const([2 * n_freq]), g.const([1])], name="frontend/im2")
+    # faster-whisper drops the last STFT frame before the mel projection.
+    power = g.op("Slice", [g.op("Add", [re2, im2], name="frontend/power"), g.const([0]), g.const([-1]), g.const([2])],
+                 name="frontend/drop_last")
+    mel = g.op("MatMul", [g.weight("frontend/mel_filters", mel_filters(n_mels)), power], name="frontend/mel")
+    log = g.op("Log", [g.op("Max", [mel, g.const(1e-10, np.float32)], name="frontend/clamp")], name="frontend/log")
+    log10 = g.op("Mul", [log, g.const(1.0 / math.log(10.0), np.float32)], name="frontend/log10")
+    floor = g.op("Sub", [g.op("ReduceMax", [log10], keepdims=1, name="frontend/max"), g.const(8.0, np.float32)],
+                 name="frontend/floor")
+    norm = g.op("Max", [log10, floor], name="frontend/floored")
+    norm = g.op("Mul", [g.op("Add", [norm, g.const(4.0, np.float32)], name="frontend/shift"),
+                        g.const(0.25, np.float32)], name="frontend/scale")
+    # Its extra frame (the zeros appended above) took part in the max; the encoder sees N // 160 frames.
+    return g.op("Slice", [norm, g.const([0]), g.const([-1]), g.const([2])], name=FRONTEND_OUTPUT)
+
+
+def _encoder_stem(g: _Graph, mel: str, model: CT2Model) -> str:
+    """Two GELU convolutions (the second halves the frame rate), then the sinusoid table sliced to length."""
+    x = mel
+    for name, stride in (("conv1", 1), ("conv2", 2)):
+        w = g.weight(f"encoder/{name}/weight", _f32(model[f"encoder/{name}/weight"]))
+        b = g.weight(f"encoder/{name}/bias", _f32(model[f"encoder/{name}/bias"]))
+        x = _gelu(g, g.op("Conv", [x, w, b], pads=[1, 1], strides=[stride], name=f"encoder/{name}"))
+    x = g.op("Transpose", [x], perm=[0, 2, 1])
+    frames = g.op("Shape", [x], start=1, end=2)
+    pos = g.weight("encoder/position_encodings", _f32(model["encoder/position_encodings/encodings"]))
+    pos = g.op("Slice", [pos, g.const([0]), frames, g.const([0])], name="encoder/positions")
+    return g.op("Add", [x, pos])
+
+
+def _encoder_layer(g: _Graph, x: str, model: CT2Model, scope: str, dims: WhisperDims) -> str:
+    h = _layer_norm(g, x, model, f"{scope}/self_attention/layer_norm")
+    q, k, v = _self_attention_qkv(g, h, model, f"{scope}/self_attention", dims)
+    ctx = _merge_heads(g, _attend(g, q, k, v, f"{scope}/self_attention"), dims)
+    x = g.op("Add", [x, _linear(g, ctx, model, f"{scope}/self_attention/linear_1")])
+    return _ffn(g, x, model, f"{scope}/ffn")
+
+
+def _cross_kv(g: _Graph, memory: str, model: CT2Model, dims: WhisperDims) -> tuple[str, str]:
+    """Every decoder layer's cross-attention K and V of the encoder output, stacked on a new leading axis."""
+    d = dims.d_model
+    ks, vs = [], []
+    for layer in range(dims.decoder_layers):
+        scope = f"decoder/layer_{layer}/attention/linear_1"
+        for tag, rows, out in (("k", slice(0, d), ks), ("v", slice(d, 2 * d), vs)):
+            heads = _split_heads(g, _linear_slice(g, memory, model, scope, rows, tag), dims)
+            out.append(g.op("Unsqueeze", [heads, g.const([0])]))
+    return g.op("Concat", ks, axis=0, name="cross_k"), g.op("Concat", vs, axis=0, name="cross_v")
+
+
+def encoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
+    """The float32 encoder: raw samples in, stacked cross-attention K/V out."""
+    g = _Graph()
+    x = _encoder_stem(g, _log_mel(g, "samples", dims.n_mels), model)
+    for layer in range(dims.encoder_layers):
+        x = _encoder_layer(g, x, model, f"encoder/layer_{layer}", dims)
+    memory = _layer_norm(g, x, model, "encoder/layer_norm")
+    _cross_kv(g, memory, model, dims)
+    kv_shape = [dims.decoder_layers, 1, dims.heads, "frames", dims.head_dim]
+    return g.model(
+        [helper.make_tensor_value_info("samples", TensorProto.FLOAT, [1, "n_samples"])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, kv_shape) for n in ("cross_k", "cross_v")],
+        "Whisper encoder with log-mel front end: samples [1, N<=480000] 16 kHz -> cross-attention K/V per decoder layer",
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Decoder graph
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def quantize_rows(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row: weight ~= q * scale[:, None]; an all-zero row keeps scale 1 to avoid 0/0."""
+    amax = np.abs(weight).max(axis=1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(weight / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def _scalar_dim(g: _Graph, tensor: str, axis: int) -> str:
+    """One dimension of a tensor's runtime shape as an int64 scalar."""
+    return g.op("Squeeze", [g.op("Shape", [tensor], start=axis, end=axis + 1)], name=None)
+
+
+def _embed_tokens(g: _Graph, tokens: str, emb_q: str, emb_scale: str, model: CT2Model, past_len: str) -> str:
+    """Dequantised token rows plus the learned positions P .. P+T-1."""
+    rows = g.op("Gather", [emb_q, tokens], axis=1, name="decoder/embed_gather")  # [d, 1, T] int8
+    rows = g.op("Transpose", [g.op("Cast", [rows], to=TensorProto.FLOAT)], perm=[1, 2, 0])
+    scale = g.op("Unsqueeze", [g.op("Gather", [emb_scale, tokens], axis=0), g.const([2])])
+    x = g.op("Mul", [rows, scale], name="decoder/embed")
+    steps = g.op("Shape", [tokens], start=1, end=2)
+    pos = g.weight("decoder/position_encodings", _f32(model["decoder/position_encodings/encodings"]))
+    start = g.op("Unsqueeze", [past_len, g.const([0])])
+    pos = g.op("Slice", [pos, start, g.op("Add", [start, steps]), g.const([0])], name="decoder/positions")
+    return g.op("Add", [x, pos])
+
+
+def _causal_mask(g: _Graph, past_len: str, steps: str) -> str:
+    """[T, P+T] additive mask: query i (absolute position P+i) may not see keys after P+i."""
+    total = g.op("Add", [past_len, steps])
+    query_pos = g.op("Unsqueeze", [g.op("Range", [past_len, total, g.const(1)]), g.const([1])])
+    key_pos = g.op("Range", [g.const(0), total, g.const(1)])
+    future = g.op("Greater", [key_pos, query_pos])
+    return g.op("Where", [future, g.const(MASK_VALUE, np.float32), g.const(0.0, np.float32)], name="decoder/mask")
+
+
+def _decoder_layer(g: _Graph, x: str, layer: int, model: CT2Model, dims: WhisperDims, mask: str, caches: dict):
+    """One pre-norm decoder layer; appends this layer's full self-attention K/V to caches['k'], caches['v']."""
+    scope = f"decoder/layer_{layer}"
+    index = g.const(layer)
+    h = _layer_norm(g, x, model, f"{scope}/self_attention/layer_norm")
+    q, k, v = _self_attention_qkv(g, h, model, f"{scope}/self_attention", dims)
+    k = g.op("Concat", [g.op("Gather", [caches["past_k"], index], axis=0), k], axis=2)
+    v = g.op("Concat", [g.op("Gather", [caches["past_v"], index], axis=0), v], axis=2)
+    caches["k"].append(g.op("Unsqueeze", [k, g.const([0])]))
+    caches["v"].append(g.op("Unsqueeze", [v, g.const([0])]))
+    ctx = _merge_heads(g, _attend(g, q, k, v, f"{scope}/self_attention", mask), dims)
+    x = g.op("Add", [x, _linear(g, ctx, model, f"{scope}/self_attention/linear_1")])
+
+    h = _layer_norm(g, x, model, f"{scope}/attention/layer_norm")
+    q = _split_heads(g, _linear(g, h, model, f"{scope}/attention/linear_0", scale=1.0 / math.sqrt(dims.head_dim)), dims)
+    ck = g.op("Gather", ["cross_k", index], axis=0)
+    cv = g.op("Gather", ["cross_v", index], axis=0)
+    ctx = _merge_heads(g, _attend(g, q, ck, cv, f"{scope}/attention"), dims)
+    x = g.op("Add", [x, _linear(g, ctx, model, f"{scope}/attention/linear_2")])
+    return _ffn(g, x, model, f"{scope}/ffn")
+
+
+def _tied_logits(g: _Graph, h: str, emb_q: str, emb_scale: str) -> str:
+    """h [1, d] @ embedding^T with the int8 table: dynamic uint8 activations, int32 accumulate, then rescale."""
+    hq, h_scale, h_zero = g.op("DynamicQuantizeLinear", [h], n_out=3, name="decoder/logits_quant")
+    acc = g.op("MatMulInteger", [hq, emb_q, h_zero], name="decoder/logits_matmul")
+    logits = g.op("Mul", [g.op("Cast", [acc], to=TensorProto.FLOAT), h_scale])
+    return g.op("Mul", [logits, emb_scale], name="logits")
+
+
+def decoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
+    """The float32 decoder (apart from the int8 tied embedding): one step or a whole prompt with a KV cache."""
+    g = _Graph()
+    emb_rows, emb_scale = quantize_rows(_f32(model["decoder/embeddings/weight"]))
+    emb_q = g.weight("decoder/embeddings/weight_int8_t", emb_rows.T)  # [d, vocab]: MatMulInteger's B layout
+    emb_scale = g.weight("decoder/embeddings/row_scale", emb_scale)
+    past_len = _scalar_dim(g, "past_k", 3)
+    steps = _scalar_dim(g, "tokens", 1)
+    x = _embed_tokens(g, "tokens", emb_q, emb_scale, model, past_len)
+    mask = _causal_mask(g, past_len, steps)
+    caches = {"past_k": "past_k", "past_v": "past_v", "k": [], "v": []}
+    for layer in range(dims.decoder_layers):
+        x = _decoder_layer(g, x, layer, model, dims, mask, caches)
+    x = _layer_norm(g, x, model, "decoder/layer_norm")
+    last = g.op("Gather", [x, g.op("Sub", [steps, g.const(1)])], axis=1, name="decoder/last_position")
+    _tied_logits(g, last, emb_q, emb_scale)
+    g.op("Concat", caches["k"], axis=0, name="new_k")
+    g.op("Concat", caches["v"], axis=0, name="new_v")
+    return g.model(_decoder_inputs(dims), _decoder_outputs(dims), "Whisper decoder step with self-attention KV cache")
+
+
+def _decoder_inputs(dims: WhisperDims) -> list:
+    kv = lambda length: [dims.decoder_layers, 1, dims.heads, length, dims.head_dim]  # noqa: E731
+    return [
+        helper.make_tensor_value_info("tokens", TensorProto.INT64, [1, "tokens"]),
+        helper.make_tensor_value_info("past_k", TensorProto.FLOAT, kv("past")),
+        helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv("past")),
+        helper.make_tensor_value_info("cross_k", TensorProto.FLOAT, kv("frames")),
+        helper.make_tensor_value_info("cross_v", TensorProto.FLOAT, kv("frames")),
+    ]
+
+
+def _decoder_outputs(dims: WhisperDims) -> list:
+    kv = [dims.decoder_layers, 1, dims.heads, "total", dims.head_dim]
+    return [
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, dims.vocab]),
+        helper.make_tensor_value_info("new_k", TensorProto.FLOAT, kv),
+        helper.make_tensor_value_info("new_v", TensorProto.FLOAT, kv),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Quantisation and the build entry point
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _weight_matmuls(model: onnx.ModelProto) -> list[str]:
+    """MatMul nodes whose B is a float initializer: the only ones worth int8 (activation x activation stays fp32)."""
+    floats = {t.name for t in model.graph.initializer if t.data_type == TensorProto.FLOAT}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in floats]
+
+
+def quantize(fp32: onnx.ModelProto, work: Path, out_path: Path) -> None:
+    """Dynamic int8 (MatMulInteger + DynamicQuantizeLinear, which onnxruntime-web's wasm backend runs)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = work / (out_path.stem + ".fp32.onnx")
+    onnx.save(fp32, src)
+    quantize_dynamic(
+        src,
+        out_path,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_quantize=_weight_matmuls(fp32),
+        weight_type=QuantType.QInt8,
+        per_channel=False,
+    )
+
+
+def build(src_dir: Path, out_dir: Path, log: Log = print) -> list[Path]:
+    """Convert the CTranslate2 Whisper folder `src_dir` into `out_dir`; returns the written files."""
+    src_dir, out_dir = Path(src_dir), Path(out_dir)
+    t0 = time.perf_counter()
+    log(f"reading {src_dir / 'model.bin'}")
+    model = read_ct2_model(src_dir / "model.bin")
+    dims = read_dims(model)
+    log(f"whisper: {dims}")
+    config = json.loads((src_dir / "config.json").read_text(encoding="utf-8"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory(prefix="voxline-whisper-") as tmp:
+        for file_name, make in ((ENCODER_FILE, encoder_graph), (DECODER_FILE, decoder_graph)):
+            log(f"building and quantising {file_name}")
+            quantize(make(model, dims), Path(tmp), out_dir / file_name)
+            written.append(out_dir / file_name)
+            log(f"{file_name}: {written[-1].stat().st_size / 1e6:.1f} MB ({time.perf_counter() - t0:.1f} s)")
+    table = tokens_table(src_dir, dims, config)
+    tokens_path = out_dir / TOKENS_FILE
+    tokens_path.write_text(json.dumps(table, ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
+    written.append(tokens_path)
+    log(f"done in {time.perf_counter() - t0:.1f} s")
+    return written
+
+
+def extract_frontend(encoder_path: Path) -> onnx.ModelProto:
+    """The `samples -> log_mel` part of a built encoder, as a model of its own (to check it against numpy)."""
+    model = onnx.load(str(encoder_path))
+    return onnx.utils.Extractor(model).extract_model(["samples"], [FRONTEND_OUTPUT])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reference runtime
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def gpt2_byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte -> printable character map used by the byte-level BPE token strings."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            # Bytes without a visible glyph are shifted past 255, in byte order.
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+class OnnxWhisper:
+    """Greedy Whisper decoding over the built ONNX files, mirroring faster-whisper's settings
+    (beam_size=1, temperature 0, without_timestamps, suppress_tokens=[-1], suppress_blank)."""
+
+    def __init__(self, model_dir: Path, threads: int = 2):
+        import onnxruntime as ort
+
+        model_dir = Path(model_dir)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        self.encoder = ort.InferenceSession(str(model_dir / ENCODER_FILE), options, providers=providers)
+        self.decoder = ort.InferenceSession(str(model_dir / DECODER_FILE), options, providers=providers)
+        self.table = json.loads((model_dir / TOKENS_FILE).read_text(encoding="utf-8"))
+        self._byte_decoder = gpt2_byte_decoder()
+        vocab = self.table["dims"]["vocab"]
+        self._suppress = np.zeros(vocab, dtype=bool)
+        self._suppress[self.table["suppress_ids"]] = True
+        self._suppress_begin = self._suppress.copy()
+        self._suppress_begin[self.table["suppress_ids_begin"]] = True
+
+    def encode(self, samples: np.ndarray, window_s: float = 30.0) -> tuple[np.ndarray, np.ndarray]:
+        """Zero-pad `samples` to the window and run the encoder; returns (cross_k, cross_v)."""
+        window = int(round(window_s * SAMPLE_RATE))
+        if not 0 < window <= MAX_SAMPLES:
+            raise ValueError(f"window_s must be in (0, 30], got {window_s}")
+        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+        if samples.size > window:
+            raise ValueError(f"{samples.size / SAMPLE_RATE:.2f} s of audio does not fit a {window_s} s window")
+        padded = np.zeros((1, window), dtype=np.float32)
+        padded[0, : samples.size] = samples
+        return tuple(self.encoder.run(["cross_k", "cross_v"], {"samples": padded}))
+
+    def generate(self, cross_k: np.ndarray, cross_v: np.ndarray, max_new_tokens: int = MAX_NEW_TOKENS):
+        """Greedy decoding; returns (text token ids without eot, log-probability of each of them)."""
+        dims = self.table["dims"]
+        eot = self.table["special"]["eot"]
+        empty = np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
+        past_k, past_v = empty, empty
+        tokens = np.asarray([self.table["prompt"]], dtype=np.int64)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        for step in range(max_new_tokens):
+            logits, past_k, past_v = self.decoder.run(
+                None, {"tokens": tokens, "past_k": past_k, "past_v": past_v, "cross_k": cross_k, "cross_v": cross_v}
+            )
+            scores = self._log_softmax(logits[0], self._suppress_begin if step == 0 else self._suppress)
+            best = int(np.argmax(scores))
+            if best == eot:
+                break
+            ids.append(best)
+            logprobs.append(float(scores[best]))
+            tokens = np.asarray([[best]], dtype=np.int64)
+        return ids, logprobs
+
+    @staticmethod
+    def _log_softmax(logits: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
+        logits = np.where(suppressed, -np.inf, logits.astype(np.float64))
+        top = logits.max()
+        return logits - top - math.log(np.exp(logits - top).sum())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Token ids -> text through the byte decoder, as faster-whisper does (specials dropped, then strip)."""
+        eot = self.table["special"]["eot"]
+        table = self.table["tokens"]
+        data = bytes(self._byte_decoder[c] for i in ids if i < eot for c in table[i])
+        return data.decode("utf-8", errors="replace").strip()
+
+    def transcribe(self, samples: np.ndarray, window_s: float = 30.0) -> tuple[str, list[float]]:
+        """Transcribe one utterance (<= window_s seconds); returns (text, log-probability per text token)."""
+        ids, logprobs = self.generate(*self.encode(samples, window_s))
+        return self.decode(ids), logprobs

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Set up everything Voxline needs on a fresh Debian machine (root), idempotently:
+# apt packages, the Python venv (.venv), npm packages (node_modules) and every model (built into the cache).
+# A second run only checks: each step is skipped when what it made is still current.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(chromium chromium-driver espeak-ng sox libportaudio2 libsndfile1)
+PYTHON=${PYTHON:-python3}
+step() { printf '\n== %s\n' "$*" >&2; }
+started=$(date +%s)
+
+step "apt packages: ${APT_PACKAGES[*]}"
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "installed: ${missing[*]}" >&2
+else
+  echo "all present" >&2
+fi
+
+step "python venv (.venv)"
+deps_key=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+if [ "$(cat .venv/.voxline-deps 2>/dev/null)" != "$deps_key" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[convert,test]'
+  echo "$deps_key" > .venv/.voxline-deps
+else
+  echo "up to date" >&2
+fi
+
+step "npm packages (node_modules)"
+lock_key=$(sha256sum package-lock.json | cut -c1-16)
+if [ "$(cat node_modules/.voxline-lock 2>/dev/null)" != "$lock_key" ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$lock_key" > node_modules/.voxline-lock
+else
+  echo "up to date" >&2
+fi
+
+step "models (voxline models fetch)"
+.venv/bin/voxline models fetch
+
+echo "setup done in $(( $(date +%s) - started )) s" >&2
