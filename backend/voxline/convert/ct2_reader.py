@@ -133,7 +133,8 @@ def read_ct2_model(path: str | Path) -> CT2Model:
             f"{path}: CTranslate2 binary version {version} is not supported (expected {SUPPORTED_BINARY_VERSION}); "
             "the file may be corrupted or from another CTranslate2 release"
         )
-    model = CT2Model(spec_name=cur.string("spec name"), spec_revision=cur.unpack("I", "spec revision"), binary_version=version)
+    spec_name = cur.string("spec name")
+    model = CT2Model(spec_name=spec_name, spec_revision=cur.unpack("I", "spec revision"), binary_version=version)
     for _ in range(cur.unpack("I", "variable count")):
         name, array = _read_variable(cur)
         if name in model.variables:

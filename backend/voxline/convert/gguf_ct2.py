@@ -377,7 +377,7 @@ def build(
         "eos_token": eos,
         "stop_tokens": stops,
         "add_bos_token": bool(field(reader, "tokenizer.ggml.add_bos_token", False)),
-        "source": {"file": gguf_path.name, "sha256": sha256_file(gguf_path)},
+        "source": {"file": gguf_path.name, "size": gguf_path.stat().st_size, "sha256": sha256_file(gguf_path)},
         "converter": "voxline.convert.gguf_ct2",
         "chat_template_jinja": template,
     }

@@ -13,6 +13,7 @@ GGUF has them, tied output embeddings when ``output.weight`` is absent.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +21,83 @@ import numpy as np
 # GGML rope modes, as llama.cpp's llama_model_rope_type() assigns them.
 _ROPE_MODE = {"llama": "normal", "qwen2": "neox"}
 
+# GGUF metadata value types: scalar struct formats by type id; 8 is a string, 9 an array.
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
 
-def _meta(reader, key: str, default=None):
-    f = reader.get_field(key)
-    return default if f is None else f.contents()
+
+class GGUFFile:
+    """A minimal GGUF (v2/v3) reader: metadata as Python values, tensors as raw memory-mapped bytes.
+
+    Written separately from gguf.GGUFReader, which the converter uses, so that a misreading of the format by either
+    shows up as a disagreement; it is also much faster on the 150k-entry vocabularies.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        buf = self._map
+        self._pos = 0
+        if bytes(buf[:4]) != b"GGUF":
+            raise ValueError(f"{self.path} is not a GGUF file")
+        self._pos = 4
+        version = self._unpack("I")
+        if version not in (2, 3):
+            raise ValueError(f"unsupported GGUF version {version}")
+        n_tensors, n_kv = self._unpack("Q"), self._unpack("Q")
+        self.metadata: dict[str, object] = {}
+        for _ in range(n_kv):
+            key = self._string()
+            self.metadata[key] = self._value(self._unpack("I"))
+        infos = []
+        for _ in range(n_tensors):
+            name = self._string()
+            dims = [self._unpack("Q") for _ in range(self._unpack("I"))]
+            infos.append((name, dims, self._unpack("I"), self._unpack("Q")))
+        align = int(self.metadata.get("general.alignment", 32))
+        data_start = -(-self._pos // align) * align
+        self.tensors = {name: (dims, qtype, data_start + offset) for name, dims, qtype, offset in infos}
+
+    def _unpack(self, fmt: str):
+        size = struct.calcsize("<" + fmt)
+        (value,) = struct.unpack_from("<" + fmt, self._map, self._pos)
+        self._pos += size
+        return value
+
+    def _string(self) -> str:
+        n = self._unpack("Q")
+        text = bytes(self._map[self._pos : self._pos + n]).decode("utf-8")
+        self._pos += n
+        return text
+
+    def _value(self, vtype: int):
+        if vtype == _STRING:
+            return self._string()
+        if vtype == _ARRAY:
+            etype, count = self._unpack("I"), self._unpack("Q")
+            if etype in _SCALARS and etype != 7:
+                dtype = np.dtype("<" + _SCALARS[etype])
+                values = np.frombuffer(self._map, dtype=dtype, count=count, offset=self._pos).tolist()
+                self._pos += dtype.itemsize * count
+                return values
+            return [self._value(etype) for _ in range(count)]
+        return self._unpack(_SCALARS[vtype])
+
+    def tensor(self, name: str) -> np.ndarray | None:
+        """Tensor `name` dequantised to float32, shaped [ne1, ne0] (rows of ne0 values), or None if absent."""
+        if name not in self.tensors:
+            return None
+        from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        dims, qtype, start = self.tensors[name]
+        qtype = GGMLQuantizationType(qtype)
+        block, block_bytes = GGML_QUANT_SIZES[qtype]
+        row_bytes = dims[0] // block * block_bytes
+        rows = int(np.prod(dims[1:], dtype=np.int64)) if len(dims) > 1 else 1
+        raw = self._map[start : start + rows * row_bytes].reshape(rows, row_bytes)
+        values = np.array(dequantize(raw, qtype), dtype=np.float32)
+        return values.reshape(tuple(reversed(dims)))
 
 
 class ReferenceModel:
@@ -34,38 +108,35 @@ class ReferenceModel:
     """
 
     def __init__(self, gguf_path: Path, keep_weights: bool = True):
-        from gguf import GGUFReader
-
-        self.reader = GGUFReader(Path(gguf_path))
-        self._tensors = {t.name: t for t in self.reader.tensors}
+        self.gguf = GGUFFile(gguf_path)
+        meta = self.gguf.metadata
         self._keep = keep_weights
         self._cache: dict[str, np.ndarray] = {}
-        arch = _meta(self.reader, "general.architecture")
+        arch = meta["general.architecture"]
         if arch not in _ROPE_MODE:
             raise ValueError(f"no reference forward for architecture {arch!r}")
         self.arch = arch
-        self.n_layers = int(_meta(self.reader, f"{arch}.block_count"))
-        n_embd = int(_meta(self.reader, f"{arch}.embedding_length"))
-        self.n_head = int(_meta(self.reader, f"{arch}.attention.head_count"))
-        self.n_head_kv = int(_meta(self.reader, f"{arch}.attention.head_count_kv", self.n_head))
-        self.head_dim = int(_meta(self.reader, f"{arch}.attention.key_length", n_embd // self.n_head))
-        self.rope_base = float(_meta(self.reader, f"{arch}.rope.freq_base", 10000.0))
-        self.eps = float(_meta(self.reader, f"{arch}.attention.layer_norm_rms_epsilon"))
-        eos = _meta(self.reader, "tokenizer.ggml.eos_token_id")
+        self.n_layers = int(meta[f"{arch}.block_count"])
+        n_embd = int(meta[f"{arch}.embedding_length"])
+        self.n_head = int(meta[f"{arch}.attention.head_count"])
+        self.n_head_kv = int(meta.get(f"{arch}.attention.head_count_kv", self.n_head))
+        self.head_dim = int(meta.get(f"{arch}.attention.key_length", n_embd // self.n_head))
+        self.rope_base = float(meta.get(f"{arch}.rope.freq_base", 10000.0))
+        self.eps = float(meta[f"{arch}.attention.layer_norm_rms_epsilon"])
+        eos = meta.get("tokenizer.ggml.eos_token_id")
         self.eos_id = None if eos is None else int(eos)
 
+    @property
+    def tokens(self) -> list[str]:
+        """The GGUF vocabulary (`tokenizer.ggml.tokens`), indexed by token id."""
+        return self.gguf.metadata["tokenizer.ggml.tokens"]
+
     def weight(self, name: str) -> np.ndarray | None:
-        """Tensor `name` as float32 in [rows, cols] (GGML's ne1 x ne0), or None when the GGUF lacks it."""
+        """Tensor `name` as float32 [rows, cols] (GGML's ne1 x ne0), or None when the GGUF lacks it."""
         if name in self._cache:
             return self._cache[name]
-        t = self._tensors.get(name)
-        if t is None:
-            return None
-        from gguf.quants import dequantize
-
-        array = dequantize(t.data, t.tensor_type).reshape(tuple(int(d) for d in reversed(t.shape)))
-        array = np.array(array, dtype=np.float32)
-        if self._keep:
+        array = self.gguf.tensor(name)
+        if self._keep and array is not None:
             self._cache[name] = array
         return array
 

@@ -23,6 +23,7 @@ token suppression as faster-whisper applies it), used by the tests and as the mo
 from __future__ import annotations
 
 import json
+import logging
 import math
 import tempfile
 import time
@@ -32,15 +33,15 @@ from typing import Callable, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from voxline.convert.ct2_reader import CT2FormatError, CT2Model, read_ct2_model
+from voxline.convert.onnx_graph import GraphBuilder
 
 SAMPLE_RATE = 16000
 N_FFT = 400
 HOP_LENGTH = 160
 MAX_SAMPLES = 30 * SAMPLE_RATE
-OPSET = 17  # LayerNormalization needs 17; kept low for onnxruntime-web.
 LAYER_NORM_EPS = 1e-5
 MASK_VALUE = -1e9  # finite so that a fully masked row could never turn into NaN
 MAX_NEW_TOKENS = 224  # CTranslate2's cap for Whisper: half the 448-token text context
@@ -93,6 +94,8 @@ def read_dims(model: CT2Model) -> WhisperDims:
         raise CT2FormatError("encoder and decoder head counts differ; not a standard Whisper model")
     n_audio_ctx, d_model = model["encoder/position_encodings/encodings"].shape
     n_text_ctx = model["decoder/position_encodings/encodings"].shape[0]
+    if d_model % heads:
+        raise CT2FormatError(f"d_model {d_model} is not a multiple of {heads} heads")
     return WhisperDims(
         n_mels=model["encoder/conv1/weight"].shape[1],
         d_model=d_model,
@@ -161,13 +164,22 @@ def _is_multilingual(vocab_size: int) -> bool:
     return vocab_size >= 51865
 
 
-def tokens_table(src_dir: Path, dims: WhisperDims, config: dict) -> dict:
-    """Everything the browser decoder needs besides the two graphs, as a JSON-ready dict."""
+def read_vocabulary(src_dir: Path) -> list[str]:
+    """CTranslate2's id -> token list: `vocabulary.json` (newer converters) or `vocabulary.txt` (one per line)."""
+    if (src_dir / "vocabulary.json").is_file():
+        return list(json.loads((src_dir / "vocabulary.json").read_text(encoding="utf-8")))
+    # split("\n"), not splitlines(): a token could in principle hold another Unicode line separator.
     vocab = (src_dir / "vocabulary.txt").read_text(encoding="utf-8").split("\n")
     if vocab and vocab[-1] == "":
         vocab.pop()
+    return vocab
+
+
+def tokens_table(src_dir: Path, dims: WhisperDims, config: dict) -> dict:
+    """Everything the browser decoder needs besides the two graphs, as a JSON-ready dict."""
+    vocab = read_vocabulary(src_dir)
     if len(vocab) != dims.vocab:
-        raise CT2FormatError(f"vocabulary.txt has {len(vocab)} tokens, the model {dims.vocab}")
+        raise CT2FormatError(f"the vocabulary has {len(vocab)} tokens, the model {dims.vocab}")
     special = _special_ids(vocab)
     multilingual = _is_multilingual(dims.vocab)
     sot_sequence = [special["sot"]]
@@ -253,52 +265,6 @@ def dft_basis(n_fft: int = N_FFT) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class _Graph:
-    """Accumulates nodes and initializers; every generated name comes from a counter, never from id() or time."""
-
-    def __init__(self) -> None:
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self._names: set[str] = set()
-        self._counter = 0
-        self._consts: dict[tuple, str] = {}
-
-    def _fresh(self, hint: str) -> str:
-        self._counter += 1
-        return f"{hint}_{self._counter}"
-
-    def weight(self, name: str, array: np.ndarray) -> str:
-        if name in self._names:
-            raise ValueError(f"duplicate initializer {name}")
-        self._names.add(name)
-        # np.array, not np.ascontiguousarray: the latter turns 0-d scalars into shape [1].
-        self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
-        return name
-
-    def const(self, value: Sequence[int | float] | int | float, dtype=np.int64) -> str:
-        """A small shared constant (shape vectors, scalars); identical values reuse one initializer."""
-        array = np.asarray(value, dtype=dtype)
-        key = (array.dtype.str, array.shape, array.tobytes())
-        if key not in self._consts:
-            self._consts[key] = self.weight(self._fresh("const"), array)
-        return self._consts[key]
-
-    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, name: str | None = None, **attrs):
-        """Append one node; returns its output name (or tuple of names when n_out > 1)."""
-        node_name = name or self._fresh(op_type)
-        outputs = [f"{node_name}:{i}" if n_out > 1 else node_name for i in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outputs, name=node_name, **attrs))
-        return outputs[0] if n_out == 1 else tuple(outputs)
-
-    def model(self, inputs, outputs, doc: str) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, "main", inputs, outputs, self.initializers)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="voxline")
-        model.ir_version = 8  # readable by every onnxruntime-web release of the last years
-        model.doc_string = doc
-        onnx.checker.check_model(model)
-        return model
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Transformer building blocks
 # ---------------------------------------------------------------------------------------------------------------
@@ -308,40 +274,48 @@ def _f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
-def _linear(g: _Graph, x: str, model: CT2Model, scope: str, rows: slice = slice(None), scale: float = 1.0) -> str:
-    """x @ W[rows].T + b[rows]; W is stored transposed so quantize_dynamic sees a constant MatMul B input."""
+def _linear(
+    g: GraphBuilder, x: str, model: CT2Model, scope: str, rows: slice = slice(None), scale: float = 1.0, tag: str = ""
+) -> str:
+    """x @ (scale * W[rows]).T + scale * b[rows].
+
+    W is stored transposed so that quantize_dynamic sees a constant MatMul B input. `rows` and `tag` split
+    CTranslate2's fused projections (q|k|v, k|v) into separate weights with distinct names.
+    """
+    prefix = f"{scope}/{tag}" if tag else scope
     w = _f32(model[f"{scope}/weight"])[rows] * scale
-    y = g.op("MatMul", [x, g.weight(f"{scope}/weight_t", w.T)], name=f"{scope}/matmul")
+    y = g.op("MatMul", [x, g.weight(f"{prefix}/weight_t", w.T)], name=f"{prefix}/matmul")
     if f"{scope}/bias" in model:
         b = _f32(model[f"{scope}/bias"])[rows] * scale
-        y = g.op("Add", [y, g.weight(f"{scope}/bias", b)], name=f"{scope}/add")
+        if np.any(b):  # Whisper's key projections have no bias: skip a useless Add.
+            y = g.op("Add", [y, g.weight(f"{prefix}/bias", b)], name=f"{prefix}/add")
     return y
 
 
-def _layer_norm(g: _Graph, x: str, model: CT2Model, scope: str) -> str:
+def _layer_norm(g: GraphBuilder, x: str, model: CT2Model, scope: str) -> str:
     gamma = g.weight(f"{scope}/gamma", _f32(model[f"{scope}/gamma"]))
     beta = g.weight(f"{scope}/beta", _f32(model[f"{scope}/beta"]))
     return g.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=LAYER_NORM_EPS, name=f"{scope}/ln")
 
 
-def _gelu(g: _Graph, x: str) -> str:
+def _gelu(g: GraphBuilder, x: str) -> str:
     """Exact (erf) GELU as Whisper uses; onnxruntime fuses this pattern into one Gelu kernel."""
     inner = g.op("Erf", [g.op("Mul", [x, g.const(1.0 / math.sqrt(2.0), np.float32)])])
     return g.op("Mul", [g.op("Mul", [x, g.const(0.5, np.float32)]), g.op("Add", [inner, g.const(1.0, np.float32)])])
 
 
-def _split_heads(g: _Graph, x: str, dims: WhisperDims) -> str:
+def _split_heads(g: GraphBuilder, x: str, dims: WhisperDims) -> str:
     """[B, T, d_model] -> [B, heads, T, head_dim]."""
     x = g.op("Reshape", [x, g.const([0, 0, dims.heads, dims.head_dim])])
     return g.op("Transpose", [x], perm=[0, 2, 1, 3])
 
 
-def _merge_heads(g: _Graph, x: str, dims: WhisperDims) -> str:
+def _merge_heads(g: GraphBuilder, x: str, dims: WhisperDims) -> str:
     x = g.op("Transpose", [x], perm=[0, 2, 1, 3])
     return g.op("Reshape", [x, g.const([0, 0, dims.d_model])])
 
 
-def _attend(g: _Graph, q: str, k: str, v: str, scope: str, mask: str | None = None) -> str:
+def _attend(g: GraphBuilder, q: str, k: str, v: str, scope: str, mask: str | None = None) -> str:
     """softmax(q k^T [+ mask]) v on [B, H, *, D] tensors; q is pre-scaled by 1/sqrt(D) in its weights."""
     scores = g.op("MatMul", [q, g.op("Transpose", [k], perm=[0, 1, 3, 2])], name=f"{scope}/scores")
     if mask is not None:
@@ -350,28 +324,17 @@ def _attend(g: _Graph, q: str, k: str, v: str, scope: str, mask: str | None = No
     return g.op("MatMul", [probs, v], name=f"{scope}/context")
 
 
-def _self_attention_qkv(g: _Graph, x: str, model: CT2Model, scope: str, dims: WhisperDims):
-    """Fused q/k/v projection of CTranslate2 (rows q, k, v) as three MatMuls, q scaled by 1/sqrt(head_dim)."""
+def _self_attention_qkv(g: GraphBuilder, x: str, model: CT2Model, scope: str, dims: WhisperDims):
+    """CTranslate2's fused q/k/v projection (rows q, k, v) as three MatMuls, q pre-scaled by 1/sqrt(head_dim)."""
     d = dims.d_model
-    scale = 1.0 / math.sqrt(dims.head_dim)
-    q = _linear(g, x, model, f"{scope}/linear_0", slice(0, d), scale)
-    # Distinct initializer names per slice: the same CT2 variable feeds three graph weights.
-    k = _linear_slice(g, x, model, f"{scope}/linear_0", slice(d, 2 * d), "k")
-    v = _linear_slice(g, x, model, f"{scope}/linear_0", slice(2 * d, 3 * d), "v")
+    scope = f"{scope}/linear_0"
+    q = _linear(g, x, model, scope, slice(0, d), 1.0 / math.sqrt(dims.head_dim), tag="q")
+    k = _linear(g, x, model, scope, slice(d, 2 * d), tag="k")
+    v = _linear(g, x, model, scope, slice(2 * d, 3 * d), tag="v")
     return _split_heads(g, q, dims), _split_heads(g, k, dims), _split_heads(g, v, dims)
 
 
-def _linear_slice(g: _Graph, x: str, model: CT2Model, scope: str, rows: slice, tag: str) -> str:
-    w = _f32(model[f"{scope}/weight"])[rows]
-    y = g.op("MatMul", [x, g.weight(f"{scope}/{tag}/weight_t", w.T)], name=f"{scope}/{tag}/matmul")
-    if f"{scope}/bias" in model:
-        b = _f32(model[f"{scope}/bias"])[rows]
-        if np.any(b):  # Whisper's key projection has no bias; skip the useless Add.
-            y = g.op("Add", [y, g.weight(f"{scope}/{tag}/bias", b)], name=f"{scope}/{tag}/add")
-    return y
-
-
-def _ffn(g: _Graph, x: str, model: CT2Model, scope: str) -> str:
+def _ffn(g: GraphBuilder, x: str, model: CT2Model, scope: str) -> str:
     h = _layer_norm(g, x, model, f"{scope}/layer_norm")
     h = _gelu(g, _linear(g, h, model, f"{scope}/linear_0"))
     return g.op("Add", [x, _linear(g, h, model, f"{scope}/linear_1")])
@@ -384,7 +347,7 @@ def _ffn(g: _Graph, x: str, model: CT2Model, scope: str) -> str:
 FRONTEND_OUTPUT = "log_mel"
 
 
-def _log_mel(g: _Graph, samples: str, n_mels: int) -> str:
+def _log_mel(g: GraphBuilder, samples: str, n_mels: int) -> str:
     """samples [1, N] -> log-mel [1, n_mels, N // 160], the exact recipe of faster-whisper's FeatureExtractor."""
     n_freq = N_FFT // 2 + 1
     x = g.op("Pad", [samples, g.const([0, 0, 0, HOP_LENGTH])], name="frontend/pad_zeros")
@@ -409,7 +372,7 @@ def _log_mel(g: _Graph, samples: str, n_mels: int) -> str:
     return g.op("Slice", [norm, g.const([0]), g.const([-1]), g.const([2])], name=FRONTEND_OUTPUT)
 
 
-def _encoder_stem(g: _Graph, mel: str, model: CT2Model) -> str:
+def _encoder_stem(g: GraphBuilder, mel: str, model: CT2Model) -> str:
     """Two GELU convolutions (the second halves the frame rate), then the sinusoid table sliced to length."""
     x = mel
     for name, stride in (("conv1", 1), ("conv2", 2)):
@@ -423,7 +386,7 @@ def _encoder_stem(g: _Graph, mel: str, model: CT2Model) -> str:
     return g.op("Add", [x, pos])
 
 
-def _encoder_layer(g: _Graph, x: str, model: CT2Model, scope: str, dims: WhisperDims) -> str:
+def _encoder_layer(g: GraphBuilder, x: str, model: CT2Model, scope: str, dims: WhisperDims) -> str:
     h = _layer_norm(g, x, model, f"{scope}/self_attention/layer_norm")
     q, k, v = _self_attention_qkv(g, h, model, f"{scope}/self_attention", dims)
     ctx = _merge_heads(g, _attend(g, q, k, v, f"{scope}/self_attention"), dims)
@@ -431,21 +394,21 @@ def _encoder_layer(g: _Graph, x: str, model: CT2Model, scope: str, dims: Whisper
     return _ffn(g, x, model, f"{scope}/ffn")
 
 
-def _cross_kv(g: _Graph, memory: str, model: CT2Model, dims: WhisperDims) -> tuple[str, str]:
+def _cross_kv(g: GraphBuilder, memory: str, model: CT2Model, dims: WhisperDims) -> tuple[str, str]:
     """Every decoder layer's cross-attention K and V of the encoder output, stacked on a new leading axis."""
     d = dims.d_model
     ks, vs = [], []
     for layer in range(dims.decoder_layers):
         scope = f"decoder/layer_{layer}/attention/linear_1"
         for tag, rows, out in (("k", slice(0, d), ks), ("v", slice(d, 2 * d), vs)):
-            heads = _split_heads(g, _linear_slice(g, memory, model, scope, rows, tag), dims)
+            heads = _split_heads(g, _linear(g, memory, model, scope, rows, tag=tag), dims)
             out.append(g.op("Unsqueeze", [heads, g.const([0])]))
     return g.op("Concat", ks, axis=0, name="cross_k"), g.op("Concat", vs, axis=0, name="cross_v")
 
 
 def encoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
     """The float32 encoder: raw samples in, stacked cross-attention K/V out."""
-    g = _Graph()
+    g = GraphBuilder()
     x = _encoder_stem(g, _log_mel(g, "samples", dims.n_mels), model)
     for layer in range(dims.encoder_layers):
         x = _encoder_layer(g, x, model, f"encoder/layer_{layer}", dims)
@@ -455,7 +418,7 @@ def encoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
     return g.model(
         [helper.make_tensor_value_info("samples", TensorProto.FLOAT, [1, "n_samples"])],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, kv_shape) for n in ("cross_k", "cross_v")],
-        "Whisper encoder with log-mel front end: samples [1, N<=480000] 16 kHz -> cross-attention K/V per decoder layer",
+        "Whisper encoder with log-mel front end: 16 kHz samples [1, N<=480000] -> cross-attention K/V per layer",
     )
 
 
@@ -472,12 +435,12 @@ def quantize_rows(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
-def _scalar_dim(g: _Graph, tensor: str, axis: int) -> str:
+def _scalar_dim(g: GraphBuilder, tensor: str, axis: int) -> str:
     """One dimension of a tensor's runtime shape as an int64 scalar."""
-    return g.op("Squeeze", [g.op("Shape", [tensor], start=axis, end=axis + 1)], name=None)
+    return g.op("Squeeze", [g.op("Shape", [tensor], start=axis, end=axis + 1)])
 
 
-def _embed_tokens(g: _Graph, tokens: str, emb_q: str, emb_scale: str, model: CT2Model, past_len: str) -> str:
+def _embed_tokens(g: GraphBuilder, tokens: str, emb_q: str, emb_scale: str, model: CT2Model, past_len: str) -> str:
     """Dequantised token rows plus the learned positions P .. P+T-1."""
     rows = g.op("Gather", [emb_q, tokens], axis=1, name="decoder/embed_gather")  # [d, 1, T] int8
     rows = g.op("Transpose", [g.op("Cast", [rows], to=TensorProto.FLOAT)], perm=[1, 2, 0])
@@ -490,7 +453,7 @@ def _embed_tokens(g: _Graph, tokens: str, emb_q: str, emb_scale: str, model: CT2
     return g.op("Add", [x, pos])
 
 
-def _causal_mask(g: _Graph, past_len: str, steps: str) -> str:
+def _causal_mask(g: GraphBuilder, past_len: str, steps: str) -> str:
     """[T, P+T] additive mask: query i (absolute position P+i) may not see keys after P+i."""
     total = g.op("Add", [past_len, steps])
     query_pos = g.op("Unsqueeze", [g.op("Range", [past_len, total, g.const(1)]), g.const([1])])
@@ -499,7 +462,7 @@ def _causal_mask(g: _Graph, past_len: str, steps: str) -> str:
     return g.op("Where", [future, g.const(MASK_VALUE, np.float32), g.const(0.0, np.float32)], name="decoder/mask")
 
 
-def _decoder_layer(g: _Graph, x: str, layer: int, model: CT2Model, dims: WhisperDims, mask: str, caches: dict):
+def _decoder_layer(g: GraphBuilder, x: str, layer: int, model: CT2Model, dims: WhisperDims, mask: str, caches: dict):
     """One pre-norm decoder layer; appends this layer's full self-attention K/V to caches['k'], caches['v']."""
     scope = f"decoder/layer_{layer}"
     index = g.const(layer)
@@ -513,7 +476,8 @@ def _decoder_layer(g: _Graph, x: str, layer: int, model: CT2Model, dims: Whisper
     x = g.op("Add", [x, _linear(g, ctx, model, f"{scope}/self_attention/linear_1")])
 
     h = _layer_norm(g, x, model, f"{scope}/attention/layer_norm")
-    q = _split_heads(g, _linear(g, h, model, f"{scope}/attention/linear_0", scale=1.0 / math.sqrt(dims.head_dim)), dims)
+    q = _linear(g, h, model, f"{scope}/attention/linear_0", scale=1.0 / math.sqrt(dims.head_dim))
+    q = _split_heads(g, q, dims)
     ck = g.op("Gather", ["cross_k", index], axis=0)
     cv = g.op("Gather", ["cross_v", index], axis=0)
     ctx = _merge_heads(g, _attend(g, q, ck, cv, f"{scope}/attention"), dims)
@@ -521,7 +485,7 @@ def _decoder_layer(g: _Graph, x: str, layer: int, model: CT2Model, dims: Whisper
     return _ffn(g, x, model, f"{scope}/ffn")
 
 
-def _tied_logits(g: _Graph, h: str, emb_q: str, emb_scale: str) -> str:
+def _tied_logits(g: GraphBuilder, h: str, emb_q: str, emb_scale: str) -> str:
     """h [1, d] @ embedding^T with the int8 table: dynamic uint8 activations, int32 accumulate, then rescale."""
     hq, h_scale, h_zero = g.op("DynamicQuantizeLinear", [h], n_out=3, name="decoder/logits_quant")
     acc = g.op("MatMulInteger", [hq, emb_q, h_zero], name="decoder/logits_matmul")
@@ -531,7 +495,7 @@ def _tied_logits(g: _Graph, h: str, emb_q: str, emb_scale: str) -> str:
 
 def decoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
     """The float32 decoder (apart from the int8 tied embedding): one step or a whole prompt with a KV cache."""
-    g = _Graph()
+    g = GraphBuilder()
     emb_rows, emb_scale = quantize_rows(_f32(model["decoder/embeddings/weight"]))
     emb_q = g.weight("decoder/embeddings/weight_int8_t", emb_rows.T)  # [d, vocab]: MatMulInteger's B layout
     emb_scale = g.weight("decoder/embeddings/row_scale", emb_scale)
@@ -581,20 +545,32 @@ def _weight_matmuls(model: onnx.ModelProto) -> list[str]:
     return [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in floats]
 
 
+class _DropPreprocessHint(logging.Filter):
+    """quantize_dynamic logs a generic 'run pre-processing' hint on the root logger; it does not apply here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
 def quantize(fp32: onnx.ModelProto, work: Path, out_path: Path) -> None:
     """Dynamic int8 (MatMulInteger + DynamicQuantizeLinear, which onnxruntime-web's wasm backend runs)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src = work / (out_path.stem + ".fp32.onnx")
     onnx.save(fp32, src)
-    quantize_dynamic(
-        src,
-        out_path,
-        op_types_to_quantize=["MatMul"],
-        nodes_to_quantize=_weight_matmuls(fp32),
-        weight_type=QuantType.QInt8,
-        per_channel=False,
-    )
+    hint_filter = _DropPreprocessHint()
+    logging.getLogger().addFilter(hint_filter)
+    try:
+        quantize_dynamic(
+            src,
+            out_path,
+            op_types_to_quantize=["MatMul"],
+            nodes_to_quantize=_weight_matmuls(fp32),
+            weight_type=QuantType.QInt8,
+            per_channel=False,
+        )
+    finally:
+        logging.getLogger().removeFilter(hint_filter)
 
 
 def build(src_dir: Path, out_dir: Path, log: Log = print) -> list[Path]:

@@ -157,10 +157,19 @@ def _build_gguf_ct2(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) ->
         gguf_ct2.build(gguf, out, log=log)
 
 
+def _build_smart_turn(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    from voxline.convert import smart_turn  # conversion-only dependency (onnx)
+
+    (item,) = spec.inputs
+    with tempfile.TemporaryDirectory(dir=paths.cache_dir()) as work:
+        smart_turn.build(assemble_input(manifest, item, Path(work) / item.name, log), out, log=log)
+
+
 BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
     "copy": _build_copy,
     "whisper_onnx": _build_whisper_onnx,
     "gguf_ct2": _build_gguf_ct2,
+    "smart_turn": _build_smart_turn,
 }
 
 

@@ -1,0 +1,393 @@
+"""Grammars: YAML skill files compiled into one JSON-able dict, and the `Grammar` the engine matches against.
+
+YAML is read only on the server or at build time (`compile_yaml`); the engine itself loads the compiled dict
+(`Grammar.from_dict`), so it runs where PyYAML is missing, such as Pyodide in the browser.
+
+Source file format (one language per file; later files extend or override earlier ones)::
+
+    language: en
+    skip_words: [please, can you]        # dropped at either edge of an utterance when that helps it match
+    rules:
+      volume: (volume|sound)             # reusable expressions, referenced as <volume>
+    lists:
+      area:                              # a closed list; a bare string is its own value and synonym
+        values: [kitchen, {value: living_room, synonyms: [living room, lounge]}]
+      level: {number: {min: 0, max: 100}}
+      seconds: {duration: {min: 1, max: 86400}}
+      query: {wildcard: {max_tokens: 8, exclude_first: [with, it]}}
+    intents:
+      media.volume_set:
+        requires: [level]                # every template must fill these slots (checked at load)
+        confirm: [Volume {level}.]       # the first whose placeholders the match fills is used
+        sentences:
+          - set the <volume> to {level} [percent|%]
+
+Template syntax is in the `expression` module. Merging, file by file in order: a new intent is added; an
+existing one gets the new sentences appended (all of them replaced with ``replace: true``), its ``confirm``
+replaced when given and its ``requires`` extended. Two ``values`` lists of one name merge (a repeated value gains
+the new synonyms) unless the later says ``replace: true``; any other list, and a rule, is replaced by the later
+definition. Skip words accumulate.
+
+The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
+16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
+caches key their entries on it. Files that define disjoint intents compile to the same dict in any order.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from voxline.intents.errors import GrammarError
+from voxline.intents.expression import Element, Sequence, SlotRef, expand, parse_template
+from voxline.intents.normalize import normalize
+from voxline.intents.slots import SlotList, Wildcard, slot_list_from_dict
+from voxline.intents.trie import TemplateEnd, TemplateTrie
+
+GRAMMAR_FORMAT = 1
+"""Layout of the compiled dict; a loader refuses any other."""
+
+ENGINE_REVISION = 1
+"""Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it."""
+
+SKILLS_DIR = Path(__file__).with_name("skills")
+COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
+"""The compiled built-in skill pack; only the wheel ships it (the source tree compiles the YAML instead)."""
+
+VERSION_HEX_DIGITS = 16
+
+CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
+SPOKEN_SUFFIX = "_spoken"
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words"})
+_INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
+
+
+@dataclass(frozen=True)
+class Template:
+    """One sentence template of an intent, with every token sequence it stands for."""
+
+    id: str
+    """``intent#index``, the index counting the intent's sentences in load order."""
+    intent: str
+    index: int
+    text: str
+    """As written in the grammar."""
+    expansions: tuple[tuple[Element, ...], ...]
+
+
+@dataclass(frozen=True)
+class Intent:
+    """An intent of one language: its templates and what a match of it carries."""
+
+    name: str
+    templates: tuple[Template, ...]
+    confirm: tuple[str, ...]
+    """Spoken confirmation templates with ``{slot}`` / ``{slot_spoken}`` placeholders, in order of preference."""
+    requires: frozenset[str]
+    """Slots every template fills."""
+    slot_names: frozenset[str]
+    """Every slot some template may fill."""
+
+
+class LanguageGrammar:
+    """The loaded grammar of one language, with its index."""
+
+    def __init__(self, lang: str, data: Mapping[str, Any]) -> None:
+        self.lang = lang
+        self.lists: dict[str, SlotList] = {
+            name: slot_list_from_dict(name, spec, lang) for name, spec in sorted(data["lists"].items())
+        }
+        self.rules: dict[str, Sequence] = {name: parse_template(text) for name, text in data["rules"].items()}
+        self.skip_words: tuple[tuple[str, ...], ...] = tuple(
+            sorted({tuple(normalize(phrase).split(" ")) for phrase in data["skip_words"]}, key=lambda p: (-len(p), p))
+        )
+        if ("",) in self.skip_words:
+            raise GrammarError(f"{lang}: a skip word normalises to nothing")
+        self.intents: dict[str, Intent] = {}
+        templates: list[Template] = []
+        for name, spec in sorted(data["intents"].items()):
+            intent = self._load_intent(name, spec, start=len(templates))
+            self.intents[name] = intent
+            templates.extend(intent.templates)
+        self.templates: tuple[Template, ...] = tuple(templates)
+        self.trie = TemplateTrie()
+        for position, template in enumerate(self.templates):
+            for expansion_index, elements in enumerate(template.expansions):
+                self.trie.add(elements, TemplateEnd(position, expansion_index))
+
+    def _load_intent(self, name: str, spec: Mapping[str, Any], start: int) -> Intent:
+        requires = frozenset(spec["requires"])
+        templates = []
+        slot_names: set[str] = set()
+        for index, text in enumerate(spec["sentences"]):
+            where = f"{self.lang} {name}#{index} {text!r}"
+            try:
+                expansions = tuple(expand(parse_template(text), self.rules))
+            except GrammarError as error:
+                raise GrammarError(f"{where}: {error.message}") from error
+            for elements in expansions:
+                slot_names.update(self._check_expansion(where, elements, requires))
+            templates.append(Template(f"{name}#{index}", name, index, text, expansions))
+        for text in spec["confirm"]:
+            for placeholder in CONFIRM_PLACEHOLDER.findall(text):
+                if placeholder not in slot_names and placeholder.removesuffix(SPOKEN_SUFFIX) not in slot_names:
+                    raise GrammarError(f"{self.lang} {name}: confirmation {text!r} names unknown slot {placeholder!r}")
+        return Intent(name, tuple(templates), tuple(spec["confirm"]), requires, frozenset(slot_names))
+
+    def _check_expansion(self, where: str, elements: tuple[Element, ...], requires: frozenset[str]) -> set[str]:
+        if not elements:
+            raise GrammarError(f"{where}: a template must not match the empty utterance")
+        names: list[str] = []
+        for position, element in enumerate(elements):
+            if not isinstance(element, SlotRef):
+                continue
+            if element.list_name not in self.lists:
+                raise GrammarError(f"{where}: unknown list {{{element.list_name}}}")
+            anchored = position > 0 and isinstance(elements[position - 1], str)
+            if isinstance(self.lists[element.list_name], Wildcard) and not anchored:
+                raise GrammarError(f"{where}: free text {{{element.name}}} must follow a literal word")
+            names.append(element.name)
+        if len(names) != len(set(names)):
+            raise GrammarError(f"{where}: a slot appears twice in one sentence")
+        missing = requires - set(names)
+        if missing:
+            raise GrammarError(f"{where}: some wording lacks required slot(s) {sorted(missing)}")
+        return set(names)
+
+
+class Grammar:
+    """A loaded grammar: one `LanguageGrammar` per language, and the version of the whole."""
+
+    def __init__(self, compiled: Mapping[str, Any]) -> None:
+        self._compiled = _canonical(compiled)
+        self.version = grammar_version(self._compiled)
+        self.languages: dict[str, LanguageGrammar] = {
+            lang: LanguageGrammar(lang, data) for lang, data in sorted(self._compiled["languages"].items())
+        }
+
+    @classmethod
+    def from_dict(cls, compiled: Mapping[str, Any]) -> Grammar:
+        """Load a compiled grammar (the output of `compile_yaml` or `compile_documents`, or its JSON)."""
+        return cls(compiled)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical compiled form (a fresh copy, JSON-able)."""
+        return json.loads(canonical_json(self._compiled))
+
+    def language(self, lang: str) -> LanguageGrammar:
+        """The grammar of `lang`; a regional tag falls back to its base language ("en-GB" → "en")."""
+        for candidate in (lang, lang.replace("_", "-").split("-")[0].lower()):
+            if candidate in self.languages:
+                return self.languages[candidate]
+        raise GrammarError(f"no grammar for language {lang!r} (have {sorted(self.languages)})")
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{lang}: {len(g.templates)} templates" for lang, g in self.languages.items())
+        return f"Grammar(version={self.version!r}, {sizes})"
+
+
+def canonical_json(compiled: Mapping[str, Any]) -> str:
+    """The one JSON spelling of a compiled grammar that its version hashes."""
+    return json.dumps(compiled, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def grammar_version(compiled: Mapping[str, Any]) -> str:
+    """First 16 hex digits of the sha256 of the canonical JSON."""
+    return hashlib.sha256(canonical_json(compiled).encode("utf-8")).hexdigest()[:VERSION_HEX_DIGITS]
+
+
+def compile_documents(documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Merge source documents (parsed YAML or JSON), in order, into one checked, canonical compiled dict."""
+    languages: dict[str, dict[str, Any]] = {}
+    for number, document in enumerate(documents):
+        _merge_document(languages, document, f"document {number}")
+    compiled = _canonical({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages})
+    Grammar(compiled)  # loading checks every template, list and rule, so a bad file fails here, at build time
+    return compiled
+
+
+def compile_yaml(paths: Iterable[str | Path]) -> dict[str, Any]:
+    """Read skill files (``.yaml``/``.yml`` with PyYAML, ``.json`` without) and compile them, in order."""
+    return compile_documents(read_document(Path(path)) for path in paths)
+
+
+def read_document(path: Path) -> Mapping[str, Any]:
+    """Parse one skill file."""
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
+        document = json.loads(text)
+    else:
+        try:
+            import yaml
+        except ImportError as error:
+            raise GrammarError(
+                f"{path}: PyYAML is needed to read YAML skill files; compile them to JSON with compile_yaml() "
+                "on the server"
+            ) from error
+        document = yaml.safe_load(text)
+    if not isinstance(document, Mapping):
+        raise GrammarError(f"{path}: a skill file is a mapping with 'language' and 'intents'")
+    return document
+
+
+def builtin_skill_paths() -> list[Path]:
+    """The built-in skill pack's YAML files, in a fixed order."""
+    return sorted(SKILLS_DIR.glob("*.yaml"))
+
+
+def load_grammar(paths: Iterable[str | Path] | None = None) -> Grammar:
+    """Load skill files in order (later ones extend earlier ones); with no paths, the built-in pack.
+
+    To add your own intents on top of the built-in ones: ``load_grammar([*builtin_skill_paths(), "mine.yaml"])``.
+    """
+    if paths is None:
+        return builtin_grammar()
+    return Grammar(compile_yaml(paths))
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_grammar() -> Grammar:
+    """The built-in skill pack, from the compiled JSON where it is shipped (the wheel), else from the YAML."""
+    if COMPILED_BUILTIN_PATH.is_file():
+        return Grammar(json.loads(COMPILED_BUILTIN_PATH.read_text(encoding="utf-8")))
+    return Grammar(compile_yaml(builtin_skill_paths()))
+
+
+# --- compiling source documents --------------------------------------------------------------------------------
+
+
+def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str, Any], where: str) -> None:
+    unknown = set(document) - _DOCUMENT_KEYS
+    if unknown:
+        raise GrammarError(f"{where}: unknown key(s) {sorted(unknown)}")
+    lang = document.get("language")
+    if not isinstance(lang, str) or not lang:
+        raise GrammarError(f"{where}: 'language' is required (en, zh, ...)")
+    where = f"{where} ({lang})"
+    target = languages.setdefault(lang, {"intents": {}, "lists": {}, "rules": {}, "skip_words": []})
+    for name, spec in _mapping(document.get("intents"), f"{where} intents").items():
+        _merge_intent(target["intents"], str(name), _mapping(spec, f"{where} intent {name}"), f"{where} {name}")
+    for name, spec in _mapping(document.get("lists"), f"{where} lists").items():
+        _merge_list(target["lists"], str(name), _mapping(spec, f"{where} list {name}"), f"{where} list {name}")
+    for name, text in _mapping(document.get("rules"), f"{where} rules").items():
+        target["rules"][str(name)] = _string(text, f"{where} rule {name}")
+    target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
+
+
+def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
+    unknown = set(spec) - _INTENT_KEYS
+    if unknown:
+        raise GrammarError(f"{where}: unknown key(s) {sorted(unknown)}")
+    sentences = _strings(spec.get("sentences", []), f"{where} sentences")
+    confirm = spec.get("confirm")
+    confirm_list = None if confirm is None else _strings([confirm] if isinstance(confirm, str) else confirm, where)
+    requires = _strings(spec.get("requires", []), f"{where} requires")
+    existing = intents.get(name)
+    if existing is None or spec.get("replace", False):
+        intents[name] = {"sentences": sentences, "confirm": confirm_list or [], "requires": requires}
+        return
+    existing["sentences"] = existing["sentences"] + sentences
+    if confirm_list is not None:
+        existing["confirm"] = confirm_list
+    existing["requires"] = sorted(set(existing["requires"]) | set(requires))
+
+
+def _merge_list(lists: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
+    compiled = _compile_list(spec, where)
+    existing = lists.get(name)
+    if existing is None or spec.get("replace", False) or existing["kind"] != "values" or compiled["kind"] != "values":
+        lists[name] = compiled
+        return
+    merged = {entry["value"]: list(entry["synonyms"]) for entry in existing["values"]}
+    for entry in compiled["values"]:
+        synonyms = merged.setdefault(entry["value"], [])
+        synonyms.extend(s for s in entry["synonyms"] if s not in synonyms)
+    existing["values"] = [{"value": value, "synonyms": synonyms} for value, synonyms in merged.items()]
+
+
+def _compile_list(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
+    body = {key: value for key, value in spec.items() if key != "replace"}
+    if "kind" in body:
+        return dict(body)
+    if len(body) != 1:
+        raise GrammarError(f"{where}: expected exactly one of values, number, duration, wildcard")
+    (kind, options), = body.items()
+    if kind == "values":
+        if not isinstance(options, list):
+            raise GrammarError(f"{where}: 'values' is a list")
+        return {"kind": "values", "values": [_compile_value(entry, where) for entry in options]}
+    if kind in ("number", "duration"):
+        options = _mapping(options, where)
+        if "min" not in options or "max" not in options:
+            raise GrammarError(f"{where}: a {kind} list needs min and max")
+        compiled = {"kind": kind, "min": options["min"], "max": options["max"]}
+        if kind == "number":
+            compiled["integer"] = bool(options.get("integer", True))
+        return compiled
+    if kind == "wildcard":
+        options = _mapping(options, where)
+        return {
+            "kind": "wildcard",
+            "max_tokens": int(options.get("max_tokens", 8)),
+            "exclude_first": sorted(set(_strings(options.get("exclude_first", []), where))),
+        }
+    raise GrammarError(f"{where}: unknown list kind {kind!r} (values, number, duration or wildcard)")
+
+
+def _compile_value(entry: Any, where: str) -> dict[str, Any]:
+    if isinstance(entry, (str, int, float)) and not isinstance(entry, bool):
+        return {"value": entry, "synonyms": [str(entry)]}
+    entry = _mapping(entry, where)
+    if "value" not in entry:
+        raise GrammarError(f"{where}: a list entry needs a 'value'")
+    synonyms = entry.get("synonyms", [str(entry["value"])])
+    return {"value": entry["value"], "synonyms": _strings([synonyms] if isinstance(synonyms, str) else synonyms, where)}
+
+
+def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(compiled, Mapping) or compiled.get("format") != GRAMMAR_FORMAT:
+        raise GrammarError(f"not a compiled grammar of format {GRAMMAR_FORMAT}")
+    languages = {}
+    for lang, data in _mapping(compiled.get("languages"), "languages").items():
+        intents = {
+            name: {
+                "sentences": list(spec.get("sentences", [])),
+                "confirm": list(spec.get("confirm", [])),
+                "requires": sorted(set(spec.get("requires", []))),
+            }
+            for name, spec in _mapping(data.get("intents"), f"{lang} intents").items()
+        }
+        languages[lang] = {
+            "intents": intents,
+            "lists": dict(_mapping(data.get("lists"), f"{lang} lists")),
+            "rules": dict(_mapping(data.get("rules"), f"{lang} rules")),
+            "skip_words": sorted(set(data.get("skip_words", []))),
+        }
+    return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise GrammarError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return value
+
+
+def _string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise GrammarError(f"{where}: expected text, got {value!r}")
+    return value
+
+
+def _strings(values: Any, where: str) -> list[str]:
+    if not isinstance(values, list):
+        raise GrammarError(f"{where}: expected a list of text, got {values!r}")
+    return [_string(value, where) for value in values]

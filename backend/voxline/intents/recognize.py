@@ -1,0 +1,342 @@
+"""Matching an utterance against a grammar: `recognize` (which intent, which slots) and `is_prefix` (is more coming).
+
+The rules, in the order they decide:
+
+1. The text is normalised (`normalize`) and split into tokens; every template of the language is tried against
+   the whole utterance, which must be consumed entirely (a command inside a longer sentence is not a command).
+   If nothing matches, the grammar's skip words ("please", "can you") are dropped from both edges and the
+   remainder is tried; dropping them second keeps "play thank you" a song while "stop please" still stops.
+2. Among the templates that match, the most specific wins: fewest tokens taken by free text (wildcards), then
+   most tokens matched literally.
+3. Precision before recall: when the best candidates disagree (two intents, or one intent with different slot
+   values), nothing is returned. A wrong action is worse than asking the server.
+4. Ties that agree are settled by template order (intent name, then sentence index, then expansion), which does
+   not depend on the order files were loaded in.
+
+Matching uses the grammar's trie (see `trie`); ``index=False`` runs the reference linear scan over every
+expanded template instead. Both give identical results; the tests check it. `MatchStats` counts the work either
+one did, so tests can show that the trie's cost does not follow the number of templates.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from voxline.intents.expression import Element, SlotRef
+from voxline.intents.grammar import CONFIRM_PLACEHOLDER, SPOKEN_SUFFIX, Grammar, LanguageGrammar, Template
+from voxline.intents.normalize import normalize
+from voxline.intents.slots import SlotList, SlotValue, Wildcard
+from voxline.intents.trie import TemplateEnd, TrieNode
+
+MAX_MATCH_STEPS = 100_000
+"""Guard against a pathological grammar: past this many steps one utterance is given up as unmatched."""
+
+
+@dataclass(frozen=True)
+class Match:
+    """A recognised command."""
+
+    intent: str
+    """The intent name, e.g. ``media.volume_down``."""
+    slots: dict[str, SlotValue]
+    """Slot values: list values as written in the grammar, numbers as ``int``, durations in whole seconds."""
+    text: str
+    """The normalised utterance that `spans` index into."""
+    spans: dict[str, tuple[int, int]]
+    """For each slot, ``(start, end)`` character offsets of its words in `text`."""
+    template: str
+    """The id of the template that matched (``intent#index``)."""
+    confirmation: str | None = None
+    """A short spoken confirmation ("Timer set for 10 minutes."), when the intent has one."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able form (spans as two-item lists), as the browser caches it."""
+        return {
+            "intent": self.intent,
+            "slots": dict(self.slots),
+            "text": self.text,
+            "spans": {name: list(span) for name, span in self.spans.items()},
+            "template": self.template,
+            "confirmation": self.confirmation,
+        }
+
+
+@dataclass
+class MatchStats:
+    """Work done by matching, for tests and benchmarks (not wall time: counts)."""
+
+    nodes: int = 0
+    """Trie nodes entered (index) or template elements compared (linear scan)."""
+    templates: int = 0
+    """Expanded templates reached: complete ones at trie ends (index), every one tried (linear scan)."""
+
+
+@dataclass(frozen=True)
+class _Fill:
+    """One slot filled during a walk."""
+
+    name: str
+    value: SlotValue
+    start: int
+    end: int
+    wildcard: bool
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """One complete way an expanded template matches the utterance."""
+
+    end: TemplateEnd
+    fills: tuple[_Fill, ...]
+    literal_tokens: int
+    wildcard_tokens: int
+
+
+@dataclass
+class _Walk:
+    """What a matcher needs about one utterance."""
+
+    grammar: LanguageGrammar
+    tokens: list[str]
+    stats: MatchStats
+    steps: int = 0
+    candidates: list[_Candidate] = field(default_factory=list)
+
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_MATCH_STEPS:
+            raise _TooManySteps
+
+
+class _TooManySteps(Exception):
+    """Internal: the step guard tripped."""
+
+
+def recognize(
+    text: str, grammar: Grammar, lang: str = "en", *, index: bool = True, stats: MatchStats | None = None
+) -> Match | None:
+    """The command `text` is, or ``None`` when it is not exactly one command of the grammar.
+
+    ``index=False`` uses the linear scan instead of the trie (same results; for tests). ``stats`` collects counts.
+    """
+    language = grammar.language(lang)
+    normalised = normalize(text)
+    tokens = normalised.split(" ") if normalised else []
+    stats = stats if stats is not None else MatchStats()
+    for low, high in _windows(tokens, language):
+        walk = _Walk(language, tokens[low:high], stats)
+        try:
+            if index:
+                _walk_trie(walk, language.trie.root, 0, (), 0, 0)
+            else:
+                _scan_linear(walk)
+        except _TooManySteps:
+            return None
+        if walk.candidates:
+            return _choose(walk.candidates, language, normalised, tokens, low)
+    return None
+
+
+def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
+    """Whether the normalised `text` is a strict prefix of some longer command of the grammar.
+
+    Used for semantic endpointing: "turn the volume" waits, since "turn the volume down to 30" may follow, while
+    "pause the music" is complete. It does not say whether `text` itself is a command (ask `recognize`): a page
+    dispatches early only when `recognize` matches and `is_prefix` is false. Slot checks are lenient, so it may
+    answer true where no longer command exists (the page then waits for the normal end of turn), never false
+    where one does. The empty text is a prefix of every command.
+    """
+    language = grammar.language(lang)
+    normalised = normalize(text)
+    tokens = normalised.split(" ") if normalised else []
+    for low, high in _windows(tokens, language):
+        walk = _Walk(language, tokens[low:high], MatchStats())
+        try:
+            if _extends(walk, language.trie.root, 0):
+                return True
+        except _TooManySteps:
+            return True
+    return False
+
+
+def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[tuple[int, int]]:
+    """The whole utterance, then (if different) the utterance without skip words at its edges."""
+    yield 0, len(tokens)
+    low, high = 0, len(tokens)
+    trimmed = True
+    while trimmed:
+        trimmed = False
+        for phrase in language.skip_words:
+            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase:
+                low, trimmed = low + len(phrase), True
+            if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
+                high, trimmed = high - len(phrase), True
+    if (low, high) != (0, len(tokens)):
+        yield low, high
+
+
+def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:
+    return walk.grammar.lists[slot.list_name].consume(walk.tokens, position)
+
+
+def _is_wildcard(walk: _Walk, slot: SlotRef) -> bool:
+    return isinstance(walk.grammar.lists[slot.list_name], Wildcard)
+
+
+def _walk_trie(
+    walk: _Walk, node: TrieNode, position: int, fills: tuple[_Fill, ...], literal: int, wildcard: int
+) -> None:
+    walk.step()
+    walk.stats.nodes += 1
+    if position == len(walk.tokens):
+        for end in node.ends:
+            walk.stats.templates += 1
+            walk.candidates.append(_Candidate(end, fills, literal, wildcard))
+        return
+    child = node.words.get(walk.tokens[position])
+    if child is not None:
+        _walk_trie(walk, child, position + 1, fills, literal + 1, wildcard)
+    for slot, slot_child in node.slots.items():
+        is_free = _is_wildcard(walk, slot)
+        for end, value in _slot_options(walk, slot, position):
+            fill = _Fill(slot.name, value, position, end, is_free)
+            taken = end - position if is_free else 0
+            _walk_trie(walk, slot_child, end, fills + (fill,), literal, wildcard + taken)
+
+
+def _scan_linear(walk: _Walk) -> None:
+    for position, template in enumerate(walk.grammar.templates):
+        for expansion_index, elements in enumerate(template.expansions):
+            walk.stats.templates += 1
+            end = TemplateEnd(position, expansion_index)
+            _match_elements(walk, end, elements, 0, 0, (), 0, 0)
+
+
+def _match_elements(
+    walk: _Walk,
+    end: TemplateEnd,
+    elements: tuple[Element, ...],
+    element_index: int,
+    position: int,
+    fills: tuple[_Fill, ...],
+    literal: int,
+    wildcard: int,
+) -> None:
+    walk.step()
+    walk.stats.nodes += 1
+    if element_index == len(elements):
+        if position == len(walk.tokens):
+            walk.candidates.append(_Candidate(end, fills, literal, wildcard))
+        return
+    if position == len(walk.tokens):
+        return
+    element = elements[element_index]
+    if isinstance(element, str):
+        if walk.tokens[position] == element:
+            _match_elements(walk, end, elements, element_index + 1, position + 1, fills, literal + 1, wildcard)
+        return
+    is_free = _is_wildcard(walk, element)
+    for slot_end, value in _slot_options(walk, element, position):
+        fill = _Fill(element.name, value, position, slot_end, is_free)
+        taken = slot_end - position if is_free else 0
+        _match_elements(walk, end, elements, element_index + 1, slot_end, fills + (fill,), literal, wildcard + taken)
+
+
+def _extends(walk: _Walk, node: TrieNode, position: int) -> bool:
+    """Whether some path from `node` consumes the rest of the tokens and could still go on."""
+    walk.step()
+    if position == len(walk.tokens):
+        return node.has_continuation()
+    child = node.words.get(walk.tokens[position])
+    if child is not None and _extends(walk, child, position + 1):
+        return True
+    for slot, slot_child in node.slots.items():
+        slot_list = walk.grammar.lists[slot.list_name]
+        if slot_list.can_extend(walk.tokens, position):
+            return True
+        for end, _ in slot_list.consume(walk.tokens, position):
+            if _extends(walk, slot_child, end):
+                return True
+    return False
+
+
+def _choose(
+    candidates: list[_Candidate], language: LanguageGrammar, text: str, tokens: list[str], offset: int
+) -> Match | None:
+    best = min((c.wildcard_tokens, -c.literal_tokens) for c in candidates)
+    top = [c for c in candidates if (c.wildcard_tokens, -c.literal_tokens) == best]
+    outcomes = {_outcome(c, language) for c in top}
+    if len(outcomes) != 1:
+        return None
+    winner = min(top, key=lambda c: _template_order(c, language))
+    template = language.templates[winner.end.template]
+    slots = {fill.name: fill.value for fill in winner.fills}
+    starts = _token_starts(tokens)
+    spans = {
+        fill.name: (starts[offset + fill.start], starts[offset + fill.end - 1] + len(tokens[offset + fill.end - 1]))
+        for fill in winner.fills
+    }
+    confirmation = _confirmation(template, slots, language)
+    return Match(template.intent, slots, text, spans, template.id, confirmation)
+
+
+def _outcome(candidate: _Candidate, language: LanguageGrammar) -> tuple[str, str]:
+    intent = language.templates[candidate.end.template].intent
+    slots = {fill.name: fill.value for fill in candidate.fills}
+    return intent, json.dumps(slots, sort_keys=True)
+
+
+def _template_order(candidate: _Candidate, language: LanguageGrammar) -> tuple[str, int, int]:
+    template: Template = language.templates[candidate.end.template]
+    return template.intent, template.index, candidate.end.expansion
+
+
+def _token_starts(tokens: list[str]) -> list[int]:
+    starts, position = [], 0
+    for token in tokens:
+        starts.append(position)
+        position += len(token) + 1
+    return starts
+
+
+def _confirmation(template: Template, slots: dict[str, SlotValue], language: LanguageGrammar) -> str | None:
+    intent = language.intents[template.intent]
+    slot_lists: dict[str, SlotList] = {}
+    for expansion in template.expansions:
+        for element in expansion:
+            if isinstance(element, SlotRef):
+                slot_lists[element.name] = language.lists[element.list_name]
+    for text in intent.confirm:
+        rendered = _render(text, slots, slot_lists, language.lang)
+        if rendered is not None:
+            return rendered
+    return None
+
+
+def _render(text: str, slots: dict[str, SlotValue], slot_lists: dict[str, SlotList], lang: str) -> str | None:
+    """Fill one confirmation template, or ``None`` when it names a slot this match lacks."""
+    missing = False
+
+    def fill(found: re.Match[str]) -> str:
+        nonlocal missing
+        name = found.group(1)
+        if name in slots:
+            return _plain(slots[name])
+        base = name.removesuffix(SPOKEN_SUFFIX)
+        if name.endswith(SPOKEN_SUFFIX) and base in slots:
+            return slot_lists[base].spoken(slots[base], lang)
+        missing = True
+        return ""
+
+    rendered = CONFIRM_PLACEHOLDER.sub(fill, text)
+    return None if missing else rendered
+
+
+def _plain(value: SlotValue) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

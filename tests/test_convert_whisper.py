@@ -1,0 +1,307 @@
+"""The CTranslate2 -> ONNX Whisper conversion: reader robustness, front end, decoder cache, and transcript parity.
+
+Parity is checked against faster-whisper on the same weights and the same audio (espeak-ng speech zero-padded to
+the 30 s window, so both sides see identical samples). espeak-ng is a synthetic stand-in for real speakers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from voxline.convert import whisper_onnx
+from voxline.convert.ct2_reader import CT2FormatError, read_ct2_model
+
+SR = whisper_onnx.SAMPLE_RATE
+PHRASES = (
+    "pause the music",
+    "turn the volume down",
+    "set a timer for ten minutes",
+    "open the front door",
+    "call my sister",
+    "what is the weather like in Paris today",
+)
+
+
+# --- fixtures -----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def onnx_dir(model_dir) -> Path:
+    return model_dir("whisper-tiny-en-onnx")
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(model_dir) -> Path:
+    return model_dir("whisper-tiny-en-ct2")
+
+
+@pytest.fixture(scope="module")
+def onnx_model(onnx_dir):
+    return whisper_onnx.OnnxWhisper(onnx_dir, threads=2)
+
+
+def _read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (SR, 1, 2)
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+
+
+def _speak(text: str, folder: Path, index: int) -> np.ndarray:
+    for tool in ("espeak-ng", "sox"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is required to synthesise test speech (apt-get install {tool})")
+    raw, out = folder / f"raw{index}.wav", folder / f"clip{index}.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(raw), text], check=True, capture_output=True)
+    subprocess.run(["sox", str(raw), "-r", str(SR), "-c", "1", "-b", "16", str(out)], check=True, capture_output=True)
+    return _read_wav(out)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> dict[str, np.ndarray]:
+    folder = tmp_path_factory.mktemp("speech")
+    return {text: _speak(text, folder, i) for i, text in enumerate(PHRASES)}
+
+
+def _pad(samples: np.ndarray, seconds: float) -> np.ndarray:
+    out = np.zeros(int(seconds * SR), dtype=np.float32)
+    out[: samples.size] = samples
+    return out
+
+
+# --- CTranslate2 reader -------------------------------------------------------------------------------------------
+
+
+def _ct2_bytes(variables: dict[str, np.ndarray], aliases: dict[str, str], version: int = 6) -> bytes:
+    """A tiny model.bin in CTranslate2's layout, to exercise the reader without the real 75 MB file."""
+
+    def text(s: str) -> bytes:
+        raw = s.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    dtype_ids = {"float32": 0, "int8": 1, "int16": 2, "int32": 3, "float16": 4}
+    out = struct.pack("<I", version) + text("WhisperSpec") + struct.pack("<I", 3)
+    out += struct.pack("<I", len(variables))
+    for name, value in variables.items():
+        out += text(name) + struct.pack("<B", value.ndim) + b"".join(struct.pack("<I", d) for d in value.shape)
+        out += struct.pack("<B", dtype_ids[value.dtype.name]) + struct.pack("<I", value.nbytes) + value.tobytes()
+    out += struct.pack("<I", len(aliases))
+    for alias, target in aliases.items():
+        out += text(alias) + text(target)
+    return out
+
+
+def test_reader_round_trip_and_aliases(tmp_path):
+    weight = np.arange(12, dtype=np.float16).reshape(3, 4)
+    heads = np.array(6, dtype=np.int16)
+    path = tmp_path / "model.bin"
+    path.write_bytes(_ct2_bytes({"a/weight": weight, "a/num_heads": heads}, {"b/weight": "a/weight"}))
+    model = read_ct2_model(path)
+    assert (model.spec_name, model.spec_revision, model.binary_version) == ("WhisperSpec", 3, 6)
+    np.testing.assert_array_equal(model["a/weight"], weight)
+    assert model["b/weight"] is model["a/weight"]
+    assert model.scalar("a/num_heads") == 6
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda b: b[: len(b) // 2], "truncated"),
+        (lambda b: struct.pack("<I", 7) + b[4:], "binary version 7"),
+        (lambda b: b + b"\0\0", "trailing bytes"),
+        (lambda b: b[:4] + b"\xff\xff" + b[6:], "truncated"),
+    ],
+    ids=["truncated", "wrong-version", "trailing-garbage", "bad-string-length"],
+)
+def test_reader_refuses_corrupted_file(tmp_path, damage, message):
+    good = _ct2_bytes({"w": np.ones((2, 2), np.float32)}, {"v": "w"})
+    path = tmp_path / "model.bin"
+    path.write_bytes(damage(good))
+    with pytest.raises(CT2FormatError, match=message):
+        read_ct2_model(path)
+
+
+def test_build_refuses_corrupted_model_bin(ct2_dir, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("config.json", "tokenizer.json", "vocabulary.txt"):
+        shutil.copy(ct2_dir / name, src / name)
+    with open(ct2_dir / "model.bin", "rb") as f:
+        (src / "model.bin").write_bytes(f.read(1_000_000))  # a cut-off download
+    with pytest.raises(CT2FormatError, match="truncated or corrupted"):
+        whisper_onnx.build(src, tmp_path / "out", log=lambda _: None)
+    assert not (tmp_path / "out" / whisper_onnx.ENCODER_FILE).exists()
+
+
+def test_reader_reads_the_real_checkpoint(ct2_dir):
+    model = read_ct2_model(ct2_dir / "model.bin")
+    dims = whisper_onnx.read_dims(model)
+    assert (dims.d_model, dims.heads, dims.encoder_layers, dims.decoder_layers) == (384, 6, 4, 4)
+    assert (dims.n_mels, dims.vocab, dims.n_audio_ctx, dims.n_text_ctx) == (80, 51864, 1500, 448)
+    assert model["decoder/projection/weight"] is model["decoder/embeddings/weight"]  # tied, stored once
+
+
+# --- build outputs ------------------------------------------------------------------------------------------------
+
+
+def test_build_is_deterministic(ct2_dir, onnx_dir, tmp_path):
+    def digests(folder: Path) -> dict[str, str]:
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+    written = whisper_onnx.build(ct2_dir, tmp_path / "again", log=lambda _: None)
+    assert sorted(p.name for p in written) == sorted(
+        [whisper_onnx.ENCODER_FILE, whisper_onnx.DECODER_FILE, whisper_onnx.TOKENS_FILE]
+    )
+    assert digests(tmp_path / "again") == digests(onnx_dir)
+
+
+def test_graph_signatures(onnx_dir):
+    import onnx
+
+    def signature(name: str) -> dict[str, list]:
+        graph = onnx.load(str(onnx_dir / name), load_external_data=False).graph
+        return {
+            v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim]
+            for v in list(graph.input) + list(graph.output)
+        }
+
+    assert signature(whisper_onnx.ENCODER_FILE) == {
+        "samples": [1, "n_samples"],
+        "cross_k": [4, 1, 6, "frames", 64],
+        "cross_v": [4, 1, 6, "frames", 64],
+    }
+    dec = signature(whisper_onnx.DECODER_FILE)
+    assert dec["tokens"] == [1, "tokens"] and dec["logits"] == [1, 51864]
+    assert dec["past_k"] == dec["past_v"] == [4, 1, 6, "past", 64]
+    assert dec["new_k"] == dec["new_v"] == [4, 1, 6, "total", 64]
+    assert 10e6 < (onnx_dir / whisper_onnx.ENCODER_FILE).stat().st_size < 16e6
+    assert 25e6 < (onnx_dir / whisper_onnx.DECODER_FILE).stat().st_size < 32e6
+
+
+def test_tokens_json_matches_faster_whisper(onnx_dir, ct2_dir):
+    import tokenizers
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+
+    table = json.loads((onnx_dir / whisper_onnx.TOKENS_FILE).read_text(encoding="utf-8"))
+    hf = tokenizers.Tokenizer.from_file(str(ct2_dir / "tokenizer.json"))
+    fw = Tokenizer(hf, multilingual=False)
+    assert table["prompt"] == fw.sot_sequence + [fw.no_timestamps] == [50257, 50362]
+    assert table["suppress_ids"] == list(get_suppressed_tokens(fw, [-1]))
+    assert table["suppress_ids_begin"] == [220, fw.eot]
+    special = table["special"]
+    assert (special["eot"], special["sot"], special["startofprev"]) == (fw.eot, fw.sot, fw.sot_prev)
+    assert (special["no_speech"], special["timestamp_begin"]) == (fw.no_speech, fw.timestamp_begin)
+    assert len(table["tokens"]) == table["dims"]["vocab"] == 51864
+    for token, index in hf.get_vocab(with_added_tokens=True).items():
+        assert table["tokens"][index] == token
+
+
+# --- front end ----------------------------------------------------------------------------------------------------
+
+
+def test_front_end_matches_faster_whisper(onnx_dir, clips):
+    import onnxruntime as ort
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    frontend = whisper_onnx.extract_frontend(onnx_dir / whisper_onnx.ENCODER_FILE)
+    session = ort.InferenceSession(frontend.SerializeToString())
+    extractor = FeatureExtractor()
+    noise = np.random.default_rng(0).normal(0, 0.1, 54_321).astype(np.float32)  # not a multiple of the hop
+    inputs = [_pad(clips[PHRASES[0]], 30.0), _pad(clips[PHRASES[-1]], 8.0), noise]
+    for samples in inputs:
+        (got,) = session.run(None, {"samples": samples[None]})
+        # faster-whisper keeps the first N // 160 frames when it trims a window's features for the encoder.
+        want = extractor(samples)[:, : samples.size // whisper_onnx.HOP_LENGTH]
+        assert got.shape == (1, *want.shape)
+        assert np.abs(got[0] - want).max() < 1e-4
+
+
+# --- decoder ------------------------------------------------------------------------------------------------------
+
+
+def test_prompt_step_equals_token_by_token(ct2_dir, onnx_model, clips):
+    """The causal mask and position offset: one T=4 call gives the same logits and cache as four T=1 calls.
+
+    Checked on the float32 decoder graph: in the int8 one, dynamic quantisation takes one scale over all T rows,
+    which legitimately moves a T=4 call away from four T=1 calls.
+    """
+    import onnxruntime as ort
+
+    model = read_ct2_model(ct2_dir / "model.bin")
+    graph = whisper_onnx.decoder_graph(model, whisper_onnx.read_dims(model))
+    decoder = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    cross_k, cross_v = onnx_model.encode(clips[PHRASES[1]], window_s=8.0)
+    dims = onnx_model.table["dims"]
+    empty = np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
+    tokens = [50257, 50362, 8477, 262]
+    feeds = {"cross_k": cross_k, "cross_v": cross_v}
+
+    whole = decoder.run(None, {"tokens": np.array([tokens]), "past_k": empty, "past_v": empty, **feeds})
+    past_k, past_v = empty, empty
+    for token in tokens:
+        logits, past_k, past_v = decoder.run(
+            None, {"tokens": np.array([[token]]), "past_k": past_k, "past_v": past_v, **feeds}
+        )
+    assert whole[1].shape == (4, 1, 6, 4, 64)
+    np.testing.assert_allclose(whole[1], past_k, atol=1e-4)
+    np.testing.assert_allclose(whole[2], past_v, atol=1e-4)
+    np.testing.assert_allclose(whole[0], logits, atol=1e-3)
+
+
+# --- transcripts --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def faster_whisper_model(ct2_dir):
+    from faster_whisper import WhisperModel
+
+    return WhisperModel(str(ct2_dir), device="cpu", compute_type="int8", cpu_threads=2)
+
+
+def _faster_whisper_text(model, samples: np.ndarray) -> str:
+    segments, _ = model.transcribe(
+        samples,
+        beam_size=1,
+        temperature=0.0,
+        without_timestamps=True,
+        condition_on_previous_text=False,
+        vad_filter=False,
+    )
+    return "".join(s.text for s in segments).strip()
+
+
+def test_transcripts_match_faster_whisper(onnx_model, faster_whisper_model, clips):
+    mismatches = []
+    for text, samples in clips.items():
+        ours, logprobs = onnx_model.transcribe(samples, window_s=30.0)
+        theirs = _faster_whisper_text(faster_whisper_model, _pad(samples, 30.0))
+        assert ours, f"empty transcript for {text!r}"
+        assert len(logprobs) > 0 and all(lp <= 0.0 for lp in logprobs)
+        if ours != theirs:
+            mismatches.append((text, ours, theirs))
+    assert not mismatches, f"ONNX vs faster-whisper (phrase, ours, theirs): {mismatches}"
+
+
+def test_short_window_transcribes_commands(onnx_model, clips):
+    """8 s windows are the speed path for commands; the words must survive it (case and punctuation aside)."""
+
+    def words(s: str) -> list[str]:
+        return "".join(c for c in s.lower() if c.isalnum() or c == " ").split()
+
+    for text in ("pause the music", "turn the volume down", "open the front door"):
+        got, _ = onnx_model.transcribe(clips[text], window_s=8.0)
+        assert words(got) == text.split()
+
+
+def test_rejects_audio_longer_than_the_window(onnx_model):
+    with pytest.raises(ValueError, match="does not fit"):
+        onnx_model.transcribe(np.zeros(9 * SR, dtype=np.float32), window_s=8.0)

@@ -1,0 +1,70 @@
+// The speech recognition worker: Whisper tiny.en (int8, onnxruntime-web wasm, threads when isolated).
+// It reads turn audio from the capture ring by absolute sample index and answers decode requests one at a time.
+// A newer request cancels a partial decode that is still running (between decoder steps): the final transcript
+// must never wait behind a partial that nobody needs any more.
+import { loadOrt, createSession } from './ort.js';
+import { SampleRing } from './ring.js';
+import { Whisper } from './whisper.js';
+
+let whisper, ring, settings;
+/** @type {{id: number, final: boolean}|null} */
+let current = null;
+/** @type {any[]} */
+const queue = [];
+
+self.onmessage = async (event) => {
+  const msg = event.data;
+  try {
+    if (msg.type === 'init') await init(msg);
+    else if (msg.type === 'block') ring.write(msg.samples);
+    else if (msg.type === 'decode') enqueue(msg);
+    else if (msg.type === 'cancel') cancel(msg.id);
+  } catch (error) {
+    self.postMessage({ type: 'error', code: 'asr_failed', message: `Speech recognition failed: ${error.message}` });
+  }
+};
+
+async function init(msg) {
+  settings = msg.settings;
+  ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
+  const ort = await loadOrt(msg.threads);
+  const table = JSON.parse(new TextDecoder().decode(msg.tokens));
+  const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder), createSession(ort, msg.decoder)]);
+  whisper = new Whisper(ort, encoder, decoder, table);
+  const warm = await whisper.transcribe(new Float32Array(settings.sampleRate), settings);
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, warmupMs: warm.totalMs });
+}
+
+function enqueue(request) {
+  // Only the newest request matters, except that a partial never cancels a final already running.
+  queue.length = 0;
+  queue.push(request);
+  if (current && !(current.final && !request.final)) current.cancelled = true;
+  if (!current) drain();
+}
+
+/** The page cancels a speculative final when the speaker goes on after the pause. */
+function cancel(id) {
+  if (current?.id === id) current.cancelled = true;
+  const at = queue.findIndex((r) => r.id === id);
+  if (at >= 0) queue.splice(at, 1);
+}
+
+async function drain() {
+  while (queue.length) {
+    current = { ...queue.shift(), cancelled: false };
+    const request = current;
+    const started = performance.now();
+    try {
+      const audio = ring.read(request.start, request.end);
+      const result = await whisper.transcribe(audio, settings, () => request.cancelled);
+      if (!result.cancelled) {
+        self.postMessage({ type: 'transcript', id: request.id, final: request.final, start: request.start,
+          end: request.end, queuedMs: performance.timeOrigin + started - request.sentAtEpochMs, ...result });
+      }
+    } catch (error) {
+      self.postMessage({ type: 'error', code: 'asr_failed', id: request.id, message: `Speech recognition failed: ${error.message}` });
+    }
+  }
+  current = null;
+}

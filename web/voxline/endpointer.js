@@ -1,0 +1,110 @@
+// Turn endpointing from Silero VAD probabilities, one 32 ms frame at a time.
+//
+//   SILENCE ──voiced ≥ minSpeechSecs──► SPEECH ──unvoiced──► PAUSE ──silence ≥ hangoverSecs──► (turn ends) SILENCE
+//                                          ▲                   │  └─silence ≥ turnCheckSecs: ask smart-turn once;
+//                                          └──voiced ≥ resume──┘     P(complete) ≥ turnCompleteProb ends the turn
+//
+// A click or a cough is shorter than minSpeechSecs, so it cannot start a turn; ending needs silence, so it cannot
+// end one either. Hysteresis: a frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between
+// the two it keeps the previous frame's class. Voiced blips inside a pause that are too short to resume it do not
+// move the end of speech either. Positions are absolute sample indices on the capture clock.
+
+export const State = Object.freeze({ SILENCE: 'silence', SPEECH: 'speech', PAUSE: 'pause' });
+/** Voiced audio that ends a pause: shorter blips (a breath, a click) leave the pause running. */
+export const RESUME_SECS = 0.096;
+
+/**
+ * @typedef {{type: 'speech-start', start: number, voicedAt: number}
+ *   | {type: 'pause', start: number, end: number, pauseId: number}
+ *   | {type: 'resume', pauseId: number}
+ *   | {type: 'turn-check', start: number, end: number, pauseId: number}
+ *   | {type: 'speech-end', start: number, end: number, reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
+ */
+
+export class Endpointer {
+  /** @param {import('./settings.js').Settings} settings */
+  constructor(settings) {
+    this.s = settings;
+    this.rate = settings.sampleRate;
+    this.reset();
+  }
+
+  reset() {
+    this.state = State.SILENCE;
+    this.voiced = false;
+    this.runStart = -1; // first sample of the current voiced run
+    this.turnStart = -1; // first sample of the turn (pre-roll included)
+    this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
+    this.pauseId = 0;
+    this.turnChecked = false;
+  }
+
+  /**
+   * @param {number} prob Silero's speech probability for the frame [end - frameSamples, end)
+   * @param {number} end absolute index of the sample after the frame
+   * @param {number} frameSamples
+   * @returns {EndpointEvent[]}
+   */
+  push(prob, end, frameSamples) {
+    const start = end - frameSamples;
+    const wasVoiced = this.voiced;
+    this.voiced = prob >= this.s.vadStartProb || (wasVoiced && prob >= this.s.vadStopProb);
+    if (this.voiced && !wasVoiced) this.runStart = start;
+    const runSecs = this.voiced ? (end - this.runStart) / this.rate : 0;
+
+    switch (this.state) {
+      case State.SILENCE:
+        return this.voiced && runSecs >= this.s.minSpeechSecs ? this.#startTurn(end) : [];
+      case State.SPEECH:
+        if (this.voiced) {
+          this.lastVoicedEnd = end;
+          return this.#tooLong(end);
+        }
+        this.state = State.PAUSE;
+        this.turnChecked = false;
+        this.pauseId += 1;
+        return [{ type: 'pause', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
+      case State.PAUSE:
+        return this.#inPause(end, runSecs);
+    }
+    return [];
+  }
+
+  /** smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one. */
+  turnResult(pauseId, probComplete) {
+    if (this.state !== State.PAUSE || pauseId !== this.pauseId || probComplete < this.s.turnCompleteProb) return [];
+    return this.#endTurn('smart-turn');
+  }
+
+  #startTurn(end) {
+    this.state = State.SPEECH;
+    this.lastVoicedEnd = end;
+    this.turnStart = Math.max(0, this.runStart - Math.round(this.s.preRollSecs * this.rate));
+    return [{ type: 'speech-start', start: this.turnStart, voicedAt: this.runStart }];
+  }
+
+  #inPause(end, runSecs) {
+    if (this.voiced && runSecs >= RESUME_SECS) {
+      this.state = State.SPEECH;
+      this.lastVoicedEnd = end;
+      return [{ type: 'resume', pauseId: this.pauseId }, ...this.#tooLong(end)];
+    }
+    const silentSecs = (end - this.lastVoicedEnd) / this.rate;
+    if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover');
+    if (!this.turnChecked && silentSecs >= this.s.turnCheckSecs) {
+      this.turnChecked = true;
+      return [{ type: 'turn-check', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
+    }
+    return [];
+  }
+
+  #tooLong(end) {
+    return (end - this.turnStart) / this.rate >= this.s.maxTurnSecs ? this.#endTurn('max-length') : [];
+  }
+
+  #endTurn(reason) {
+    const event = { type: 'speech-end', start: this.turnStart, end: this.lastVoicedEnd, reason };
+    this.reset();
+    return [event];
+  }
+}

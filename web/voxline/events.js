@@ -1,0 +1,32 @@
+// Voxline's browser events (names and fields are a public interface: ../../shared/DESIGN.md).
+// Each is dispatched on the target (document by default), bubbling and composed, with `t` = performance.now()
+// and `audio_t` = seconds of microphone audio captured since listening started, at the moment it fires.
+
+export const EVENTS = Object.freeze({
+  ready: 'voxline:ready',
+  speechStart: 'voxline:speech-start',
+  speechEnd: 'voxline:speech-end',
+  transcript: 'voxline:transcript',
+  intent: 'voxline:intent',
+  reply: 'voxline:reply',
+  replyAudio: 'voxline:reply-audio',
+  error: 'voxline:error',
+});
+
+export class Emitter {
+  /**
+   * @param {EventTarget} target
+   * @param {() => number} audioTime the capture clock in seconds
+   */
+  constructor(target, audioTime) {
+    this.target = target;
+    this.audioTime = audioTime;
+  }
+
+  /** @param {string} name one of EVENTS @param {object} detail */
+  emit(name, detail = {}) {
+    const full = { ...detail, t: performance.now(), audio_t: this.audioTime() };
+    this.target.dispatchEvent(new CustomEvent(name, { detail: full, bubbles: true, composed: true }));
+    return full;
+  }
+}

@@ -1,0 +1,60 @@
+// Named in-domain settings of the browser pipeline, with units in the names. Override any of them with
+// `startVoxline({settings: {...}})`; the demo page also reads `?vx.NAME=value` from its URL.
+
+/** @typedef {typeof DEFAULTS} Settings */
+export const DEFAULTS = Object.freeze({
+  sampleRate: 16000,
+  /** Seconds of audio the capture ring keeps; the longest utterance the ASR can still read back. */
+  ringSeconds: 60,
+
+  // Silero VAD (512-sample frames, 32 ms).
+  vadStartProb: 0.5,
+  vadStopProb: 0.35,
+  /** Voiced audio needed before a turn starts: a click or a cough alone is shorter. */
+  minSpeechSecs: 0.25,
+  /** Audio kept before the detected start, so the first phoneme is not clipped. */
+  preRollSecs: 0.3,
+
+  // Endpointing: smart-turn decides early, the silence hangover is the fallback.
+  /** Silence after which smart-turn is asked whether the speaker is done. */
+  turnCheckSecs: 0.2,
+  /** smart-turn's P(complete) above which the turn ends at once (it is only trusted when confident). */
+  turnCompleteProb: 0.7,
+  /** Silence that ends a turn whatever smart-turn says (pipecat's default stop_secs is 0.8). */
+  hangoverSecs: 0.7,
+  /** A turn never runs longer than this; the ASR window is 30 s. */
+  maxTurnSecs: 28,
+
+  // Whisper.
+  /** Seconds of silence appended to the utterance in the encoder window (fewer loops; MODELS.md). */
+  windowPadSecs: 6,
+  /** Smallest encoder window. */
+  minWindowSecs: 8,
+  /** Partial transcripts while the user speaks, at most this often. */
+  partialEverySecs: 0.6,
+  /** Token budget: ceil(tokensPerSec × speech seconds) + tokenSlack. */
+  tokensPerSec: 3.5,
+  tokenSlack: 4,
+  /** Use the full 30 s window for every decode (the slower baseline `voxline bench asr` compares against). */
+  fullWindow: false,
+});
+
+/** @param {Partial<Settings>} overrides */
+export function resolveSettings(overrides = {}) {
+  const unknown = Object.keys(overrides).filter((k) => !(k in DEFAULTS));
+  if (unknown.length) throw new Error(`unknown Voxline setting(s): ${unknown.join(', ')}`);
+  return Object.freeze({ ...DEFAULTS, ...overrides });
+}
+
+/** Settings given in a page URL as `?vx.hangoverSecs=0.5&vx.fullWindow=1`. */
+export function settingsFromQuery(search) {
+  const params = new URLSearchParams(search);
+  /** @type {Record<string, number|boolean>} */
+  const out = {};
+  for (const [key, raw] of params) {
+    if (!key.startsWith('vx.')) continue;
+    const name = key.slice(3);
+    out[name] = typeof DEFAULTS[name] === 'boolean' ? raw === '1' || raw === 'true' : Number(raw);
+  }
+  return out;
+}

@@ -1,0 +1,113 @@
+// The listening worker: reads the capture ring, runs Silero VAD on every 32 ms frame, drives the endpointer,
+// asks smart-turn whether a pause ends the turn, and Opus-encodes the audio of each turn with WebCodecs.
+// It posts endpointing events (with absolute sample positions) to the page; it never decodes speech.
+import { Endpointer } from './endpointer.js';
+import { loadOrt, createSession } from './ort.js';
+import { SampleRing } from './ring.js';
+import { TurnAudioEncoder } from './opus.js';
+
+const FRAME = 512; // Silero v5 at 16 kHz
+const CONTEXT = 64; // samples of the previous frame Silero v5 expects in front of each frame
+const TURN_WINDOW = 8 * 16000; // smart-turn reads the last 8 s
+
+let ort, vad, turn, ring, endpointer, settings, encoder;
+let state, context, position, running = false;
+
+self.onmessage = async (event) => {
+  const msg = event.data;
+  try {
+    if (msg.type === 'init') await init(msg);
+    else if (msg.type === 'block') ring.write(msg.samples);
+    else if (msg.type === 'listen') listen(msg.from);
+    else if (msg.type === 'stop') running = false;
+  } catch (error) {
+    self.postMessage({ type: 'error', code: 'vad_failed', message: `Voice detection failed: ${error.message}` });
+  }
+};
+
+async function init(msg) {
+  settings = msg.settings;
+  ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
+  ort = await loadOrt(1);
+  [vad, turn] = await Promise.all([createSession(ort, msg.vadModel), createSession(ort, msg.turnModel)]);
+  endpointer = new Endpointer(settings);
+  encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
+  await warmUp();
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported });
+}
+
+async function warmUp() {
+  // The first run of a session compiles kernels; do it now rather than on the user's first word.
+  resetVadState();
+  await vadProb(new Float32Array(FRAME));
+  await turnProb(new Float32Array(TURN_WINDOW));
+}
+
+function resetVadState() {
+  state = new ort.Tensor('float32', new Float32Array(2 * 128), [2, 1, 128]);
+  context = new Float32Array(CONTEXT);
+}
+
+async function vadProb(frame) {
+  const input = new Float32Array(CONTEXT + FRAME);
+  input.set(context);
+  input.set(frame, CONTEXT);
+  context = frame.slice(FRAME - CONTEXT);
+  const out = await vad.run({
+    input: new ort.Tensor('float32', input, [1, CONTEXT + FRAME]),
+    state,
+    sr: new ort.Tensor('int64', BigInt64Array.from([16000n]), []),
+  });
+  state = out.stateN;
+  return out.output.data[0];
+}
+
+async function turnProb(samples) {
+  const out = await turn.run({ samples: new ort.Tensor('float32', samples, [1, TURN_WINDOW]) });
+  return out.logits.data[0];
+}
+
+/** The last 8 s before `end`, front-padded with zeros as smart-turn was trained. */
+function lastEightSeconds(start, end) {
+  const from = Math.max(start, end - TURN_WINDOW, ring.written - ring.capacity);
+  const audio = ring.read(from, end);
+  const window = new Float32Array(TURN_WINDOW);
+  window.set(audio, TURN_WINDOW - audio.length);
+  return window;
+}
+
+function listen(from) {
+  resetVadState();
+  endpointer.reset();
+  position = from;
+  running = true;
+  loop();
+}
+
+async function loop() {
+  while (running) {
+    await ring.waitFor(position + FRAME);
+    if (ring.written - position > ring.capacity) {
+      self.postMessage({ type: 'error', code: 'audio_overrun', message: 'Voice detection fell behind the microphone and skipped audio.' });
+      position = ring.written - FRAME;
+    }
+    const frame = ring.read(position, position + FRAME);
+    position += FRAME;
+    encoder.push(frame, position - FRAME);
+    const prob = await vadProb(frame);
+    for (const ev of endpointer.push(prob, position, FRAME)) await handle(ev);
+  }
+}
+
+async function handle(ev) {
+  if (ev.type === 'turn-check') {
+    const started = performance.now();
+    const p = await turnProb(lastEightSeconds(ev.start, ev.end));
+    self.postMessage({ type: 'turn-prob', pauseId: ev.pauseId, prob: p, ms: performance.now() - started });
+    for (const next of endpointer.turnResult(ev.pauseId, p)) await handle(next);
+    return;
+  }
+  if (ev.type === 'speech-start') encoder.beginTurn(ev.start);
+  if (ev.type === 'speech-end') encoder.endTurn(ev.end);
+  self.postMessage({ type: 'endpoint', event: ev, written: ring.written });
+}

@@ -1,0 +1,201 @@
+// The page side of Voxline: loads the models, starts the two workers, opens the microphone, and turns the
+// workers' messages into the public `voxline:*` events.
+//
+//   AudioWorklet ─► sample ring ─┬─► vad-worker (Silero, endpointing, smart-turn, Opus) ─► endpoint events ─┐
+//                                └─► asr-worker (Whisper) ◄── decode requests ◄── this module ◄───────────────┘
+//
+// The final decode starts the moment a pause begins (speculatively); if the turn then ends, the transcript is
+// usually ready already, and if the speaker goes on, the decode is cancelled.
+import { Capture } from './capture.js';
+import { EVENTS, Emitter } from './events.js';
+import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
+import { resolveSettings } from './settings.js';
+
+const FRAME = 512;
+
+/** A module worker from this folder; cross-origin hosts (the widget) need a same-origin blob trampoline. */
+function spawnWorker(file) {
+  const url = new URL(file, import.meta.url);
+  if (url.origin === location.origin) return new Worker(url, { type: 'module' });
+  const blob = new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' });
+  return new Worker(URL.createObjectURL(blob), { type: 'module' });
+}
+
+function whenReady(worker, name) {
+  return new Promise((resolve, reject) => {
+    const onMessage = (event) => {
+      if (event.data.type === 'ready') resolve(event.data);
+      else if (event.data.type === 'error') reject(new ModelLoadError('model_load_failed', `${name}: ${event.data.message}`));
+      else return;
+      worker.removeEventListener('message', onMessage);
+    };
+    worker.addEventListener('message', onMessage);
+    worker.addEventListener('error', (event) => reject(new ModelLoadError('model_load_failed', `${name} worker failed to start: ${event.message ?? 'script error'}`)), { once: true });
+  });
+}
+
+export class Voxline {
+  /**
+   * @param {{base?: string|URL, settings?: object, target?: EventTarget,
+   *          onProgress?: (fraction: number, loaded: number, total: number) => void}} options
+   */
+  constructor(options = {}) {
+    this.base = new URL(options.base ?? new URL('..', import.meta.url));
+    this.settings = resolveSettings(options.settings);
+    this.target = options.target ?? document;
+    this.onProgress = options.onProgress ?? (() => {});
+    this.capture = new Capture(this.settings);
+    this.events = new Emitter(this.target, () => this.capture.audioTime);
+    this.turn = null;
+    this.requestId = 0;
+    this.listening = false;
+  }
+
+  /** Load models and start the workers; fires `voxline:ready` (never waits for the microphone). */
+  async load() {
+    const started = performance.now();
+    try {
+      const manifest = await fetchManifest(this.base);
+      const byRole = Object.fromEntries(manifest.models.map((m) => [m.role, m]));
+      const wanted = ['browser-asr', 'browser-vad', 'browser-turn'].map((role) => byRole[role]);
+      if (wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
+      const files = await loadModels(wanted, this.base, this.onProgress);
+      const [asr, vad, turn] = wanted.map((m) => files[m.name]);
+      const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
+
+      this.vadWorker = spawnWorker('./vad-worker.js');
+      this.asrWorker = spawnWorker('./asr-worker.js');
+      const vadReady = whenReady(this.vadWorker, 'voice detection');
+      const asrReady = whenReady(this.asrWorker, 'speech recognition');
+      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer,
+        vadModel: vad['silero_vad_v5.onnx'], turnModel: turn['smart-turn-v3.2.onnx'] });
+      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: 2,
+        encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
+      const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
+      this.vadWorker.onmessage = (e) => this.#fromVad(e.data);
+      this.asrWorker.onmessage = (e) => this.#fromAsr(e.data);
+      this.ready = this.events.emit(EVENTS.ready, {
+        load_ms: performance.now() - started,
+        models: wanted.map((m) => ({ name: m.name, bytes: m.files.reduce((s, f) => s + f.size, 0) })),
+        isolated: self.crossOriginIsolated,
+        threads: asrInfo.threads,
+        opus: vadInfo.opus,
+      });
+      return this.ready;
+    } catch (error) {
+      this.#fail(error.code ?? 'load_failed', error.message);
+      throw error;
+    }
+  }
+
+  /** Open the microphone and start listening. */
+  async listen() {
+    try {
+      await this.capture.start();
+    } catch (error) {
+      const denied = error.name === 'NotAllowedError';
+      this.#fail(denied ? 'mic_denied' : 'mic_unavailable', denied
+        ? 'Microphone access was refused. Allow the microphone for this site and try again.'
+        : `No microphone could be opened (${error.message}). Connect one and try again.`);
+      throw error;
+    }
+    if (!this.capture.ring.shared) {
+      this.capture.blockListeners.push((samples) => {
+        this.vadWorker.postMessage({ type: 'block', samples });
+        this.asrWorker.postMessage({ type: 'block', samples });
+      });
+    }
+    this.listening = true;
+    this.vadWorker.postMessage({ type: 'listen', from: 0 });
+  }
+
+  async stop() {
+    this.listening = false;
+    this.vadWorker?.postMessage({ type: 'stop' });
+    clearInterval(this.turn?.partialTimer);
+    await this.capture.stop();
+  }
+
+  #fail(code, message) {
+    this.events.emit(EVENTS.error, { code, message });
+  }
+
+  #decode(start, end, final) {
+    const id = ++this.requestId;
+    this.asrWorker.postMessage({ type: 'decode', id, start, end, final,
+      sentAtEpochMs: performance.timeOrigin + performance.now() });
+    return id;
+  }
+
+  #fromVad(msg) {
+    if (msg.type === 'error') return this.#fail(msg.code, msg.message);
+    if (msg.type === 'opus') {
+      this.turnAudio = msg; // the last turn's Opus packets, for the uplink when the server must re-recognise
+      return;
+    }
+    if (msg.type !== 'endpoint') return;
+    const ev = msg.event;
+    const rate = this.settings.sampleRate;
+    if (ev.type === 'speech-start') {
+      this.turn = { start: ev.start, pauseFinal: null, finalText: null, ended: false };
+      this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
+      this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
+    } else if (ev.type === 'pause' && this.turn) {
+      const end = Math.min(this.capture.ring.written, ev.end + FRAME);
+      this.turn.pauseFinal = { pauseId: ev.pauseId, end: ev.end, id: this.#decode(ev.start, end, true), result: null };
+    } else if (ev.type === 'resume' && this.turn) {
+      if (this.turn.pauseFinal) this.asrWorker.postMessage({ type: 'cancel', id: this.turn.pauseFinal.id });
+      this.turn.pauseFinal = null;
+    } else if (ev.type === 'speech-end' && this.turn) {
+      clearInterval(this.turn.partialTimer);
+      this.turn.ended = true;
+      this.turn.end = ev.end;
+      this.events.emit(EVENTS.speechEnd, { start_t: ev.start / rate, end_t: ev.end / rate, reason: ev.reason });
+      const speculative = this.turn.pauseFinal;
+      if (!speculative || speculative.end !== ev.end) {
+        this.turn.pauseFinal = { end: ev.end, id: this.#decode(ev.start, Math.min(this.capture.ring.written, ev.end + FRAME), true), result: null };
+      } else if (speculative.result) {
+        this.#finish(speculative.result);
+      }
+    }
+  }
+
+  #partial() {
+    const turn = this.turn;
+    if (!turn || turn.ended || turn.pauseFinal) return;
+    const end = this.capture.ring.written;
+    if (end - turn.start >= this.settings.sampleRate * 0.5) this.#decode(turn.start, end, false);
+  }
+
+  #fromAsr(msg) {
+    if (msg.type === 'error') return this.#fail(msg.code, msg.message);
+    if (msg.type !== 'transcript' || !this.turn) return;
+    if (!msg.final) {
+      if (!this.turn.ended && msg.text) this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
+      return;
+    }
+    const pending = this.turn.pauseFinal;
+    if (!pending || pending.id !== msg.id) return; // a speculative decode the speaker talked over
+    pending.result = msg;
+    if (this.turn.ended) this.#finish(msg);
+  }
+
+  #finish(result) {
+    const turn = this.turn;
+    this.turn = null;
+    if (!result.text) return; // nothing intelligible: no transcript, nothing to act on
+    this.events.emit(EVENTS.transcript, {
+      text: result.text, final: true, confidence: result.confidence,
+      start_t: turn.start / this.settings.sampleRate, end_t: turn.end / this.settings.sampleRate,
+      timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, window_s: result.windowSecs, guard: result.guard },
+    });
+  }
+}
+
+/** Load, fire `voxline:ready`, then listen: what the demo page does with `?autostart=1`. */
+export async function startVoxline(options = {}) {
+  const voxline = new Voxline(options);
+  await voxline.load();
+  await voxline.listen();
+  return voxline;
+}
