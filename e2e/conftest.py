@@ -65,10 +65,57 @@ def voxline_server():
         yield server
 
 
+# Collects every voxline:* event on the page from the first moment, before any page script runs.
+RECORD_EVENTS = """
+window.__vx = [];
+for (const name of ['ready', 'speech-start', 'speech-end', 'transcript', 'intent', 'reply', 'reply-audio', 'error']) {
+  document.addEventListener('voxline:' + name, (e) => window.__vx.push({name, ...e.detail}));
+}
+"""
+
+
+class VoxlinePage:
+    """A Chromium whose fake microphone plays one WAV (once), on the demo page with `?autostart=1`."""
+
+    def __init__(self, browser_type, server, wav: Path | None, query: str = "") -> None:
+        args = [*CHROMIUM_FLAGS]
+        if wav is not None:
+            args.append(f"--use-file-for-fake-audio-capture={wav}%noloop")
+        self.browser = browser_type.launch(executable_path=CHROMIUM, args=args)
+        self.context = self.browser.new_context(permissions=["microphone"])
+        self.page = self.context.new_page()
+        self.page.add_init_script(RECORD_EVENTS)
+        self.console: list[str] = []
+        self.page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
+        self.page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
+        self.page.goto(f"{server.url}/?autostart=1{query}")
+
+    def events(self, name: str | None = None) -> list[dict]:
+        events = self.page.evaluate("window.__vx")
+        return [e for e in events if name is None or e["name"] == name]
+
+    def wait_for(self, predicate: str, timeout_s: float) -> None:
+        """Wait for a JS predicate over `window.__vx` (an array of {name, ...detail})."""
+        self.page.wait_for_function(f"(() => {{ const ev = window.__vx; return {predicate}; }})()",
+                                    timeout=timeout_s * 1000, polling=100)
+
+    def close(self) -> None:
+        self.context.close()
+        self.browser.close()
+
+
 @pytest.fixture
-def fake_mic(request) -> Path | None:
-    """The WAV the fake microphone plays (None: Chromium's built-in beep)."""
-    return getattr(request, "param", None)
+def open_voxline(browser_type, voxline_server):
+    """Open the demo page with a given fake-microphone WAV; closed at the end of the test."""
+    opened: list[VoxlinePage] = []
+
+    def _open(wav: Path | None, query: str = "") -> VoxlinePage:
+        opened.append(VoxlinePage(browser_type, voxline_server, wav, query))
+        return opened[-1]
+
+    yield _open
+    for page in opened:
+        page.close()
 
 
 @pytest.fixture(scope="session")

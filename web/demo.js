@@ -57,6 +57,7 @@ window.voxline = voxline;
 async function listen() {
   $('mic').disabled = true;
   await voxline.listen();
+  $('mic').textContent = 'Listening…';
   setState('listening', 'Listening');
 }
 

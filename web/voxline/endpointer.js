@@ -18,7 +18,8 @@ export const RESUME_SECS = 0.096;
  *   | {type: 'pause', start: number, end: number, pauseId: number}
  *   | {type: 'resume', pauseId: number}
  *   | {type: 'turn-check', start: number, end: number, pauseId: number}
- *   | {type: 'speech-end', start: number, end: number, reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
+ *   | {type: 'speech-end', start: number, end: number, silence_s: number,
+ *      reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
  */
 
 export class Endpointer {
@@ -47,6 +48,7 @@ export class Endpointer {
    */
   push(prob, end, frameSamples) {
     const start = end - frameSamples;
+    this.lastSeen = end;
     const wasVoiced = this.voiced;
     this.voiced = prob >= this.s.vadStartProb || (wasVoiced && prob >= this.s.vadStopProb);
     if (this.voiced && !wasVoiced) this.runStart = start;
@@ -73,7 +75,7 @@ export class Endpointer {
   /** smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one. */
   turnResult(pauseId, probComplete) {
     if (this.state !== State.PAUSE || pauseId !== this.pauseId || probComplete < this.s.turnCompleteProb) return [];
-    return this.#endTurn('smart-turn');
+    return this.#endTurn('smart-turn', this.lastSeen);
   }
 
   #startTurn(end) {
@@ -90,7 +92,7 @@ export class Endpointer {
       return [{ type: 'resume', pauseId: this.pauseId }, ...this.#tooLong(end)];
     }
     const silentSecs = (end - this.lastVoicedEnd) / this.rate;
-    if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover');
+    if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover', end);
     if (!this.turnChecked && silentSecs >= this.s.turnCheckSecs) {
       this.turnChecked = true;
       return [{ type: 'turn-check', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
@@ -99,11 +101,13 @@ export class Endpointer {
   }
 
   #tooLong(end) {
-    return (end - this.turnStart) / this.rate >= this.s.maxTurnSecs ? this.#endTurn('max-length') : [];
+    return (end - this.turnStart) / this.rate >= this.s.maxTurnSecs ? this.#endTurn('max-length', end) : [];
   }
 
-  #endTurn(reason) {
-    const event = { type: 'speech-end', start: this.turnStart, end: this.lastVoicedEnd, reason };
+  /** @param {number} decidedAt the sample position at which the decision was taken */
+  #endTurn(reason, decidedAt) {
+    const silence_s = (decidedAt - this.lastVoicedEnd) / this.rate;
+    const event = { type: 'speech-end', start: this.turnStart, end: this.lastVoicedEnd, reason, silence_s };
     this.reset();
     return [event];
   }

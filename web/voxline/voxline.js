@@ -137,7 +137,7 @@ export class Voxline {
     const ev = msg.event;
     const rate = this.settings.sampleRate;
     if (ev.type === 'speech-start') {
-      this.turn = { start: ev.start, pauseFinal: null, finalText: null, ended: false };
+      this.turn = { start: ev.start, voicedAt: ev.voicedAt, pauseFinal: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
     } else if (ev.type === 'pause' && this.turn) {
@@ -150,7 +150,10 @@ export class Voxline {
       clearInterval(this.turn.partialTimer);
       this.turn.ended = true;
       this.turn.end = ev.end;
-      this.events.emit(EVENTS.speechEnd, { start_t: ev.start / rate, end_t: ev.end / rate, reason: ev.reason });
+      this.events.emit(EVENTS.speechEnd, {
+        start_t: this.turn.voicedAt / rate, end_t: ev.end / rate, reason: ev.reason,
+        lag_s: (msg.written - ev.end) / rate - ev.silence_s,
+      });
       const speculative = this.turn.pauseFinal;
       if (!speculative || speculative.end !== ev.end) {
         this.turn.pauseFinal = { end: ev.end, id: this.#decode(ev.start, Math.min(this.capture.ring.written, ev.end + FRAME), true), result: null };
@@ -186,7 +189,7 @@ export class Voxline {
     if (!result.text) return; // nothing intelligible: no transcript, nothing to act on
     this.events.emit(EVENTS.transcript, {
       text: result.text, final: true, confidence: result.confidence,
-      start_t: turn.start / this.settings.sampleRate, end_t: turn.end / this.settings.sampleRate,
+      start_t: turn.voicedAt / this.settings.sampleRate, end_t: turn.end / this.settings.sampleRate,
       timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, window_s: result.windowSecs, guard: result.guard },
     });
   }

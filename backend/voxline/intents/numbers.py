@@ -91,7 +91,7 @@ def _en_number(tokens: list[str]) -> int | None:
     if "thousand" not in tokens:
         return _en_below_thousand(tokens)
     split = tokens.index("thousand")
-    head = _en_below_thousand(tokens[:split])
+    head = 1 if tokens[:split] in (["a"], ["one"]) else _en_below_thousand(tokens[:split])
     if not head:
         return None
     rest = tokens[split + 1 :]

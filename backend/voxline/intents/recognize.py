@@ -4,8 +4,9 @@ The rules, in the order they decide:
 
 1. The text is normalised (`normalize`) and split into tokens; every template of the language is tried against
    the whole utterance, which must be consumed entirely (a command inside a longer sentence is not a command).
-   If nothing matches, the grammar's skip words ("please", "can you") are dropped from both edges and the
-   remainder is tried; dropping them second keeps "play thank you" a song while "stop please" still stops.
+   The grammar's skip words ("please", "can you") are dropped from both edges first, so that free text does not
+   swallow them ("play jazz please" plays jazz); only when that remainder matches nothing is the whole utterance
+   tried, so a user intent may still consist of skip words ("thank you").
 2. Among the templates that match, the most specific wins: fewest tokens taken by free text (wildcards), then
    most tokens matched literally.
 3. Precision before recall: when the best candidates disagree (two intents, or one intent with different slot
@@ -164,8 +165,7 @@ def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
 
 
 def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[tuple[int, int]]:
-    """The whole utterance, then (if different) the utterance without skip words at its edges."""
-    yield 0, len(tokens)
+    """The utterance without skip words at its edges, then (if different) the whole utterance."""
     low, high = 0, len(tokens)
     trimmed = True
     while trimmed:
@@ -175,8 +175,9 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[tuple[int
                 low, trimmed = low + len(phrase), True
             if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
                 high, trimmed = high - len(phrase), True
+    yield low, high
     if (low, high) != (0, len(tokens)):
-        yield low, high
+        yield 0, len(tokens)
 
 
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:

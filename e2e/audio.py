@@ -1,0 +1,86 @@
+"""Test audio made by the tests themselves: espeak-ng speech laid out in one WAV with known speech positions.
+
+Synthetic speech is a proxy for real voices; figures measured on it say so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+import wave
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+RATE = 48000  # what Chromium's fake microphone delivers by default; the page resamples to 16 kHz
+SILENCE_DBFS = -45.0
+
+
+@dataclass(frozen=True)
+class Placed:
+    """One utterance inside a composed file, with where its speech starts and ends (seconds)."""
+
+    text: str
+    start_s: float
+    end_s: float
+
+
+def read_wav(path: Path) -> np.ndarray:
+    with wave.open(str(path)) as w:
+        assert w.getsampwidth() == 2, "16-bit PCM expected"
+        data = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768
+        channels, rate = w.getnchannels(), w.getframerate()
+    data = data.reshape(-1, channels).mean(axis=1)
+    if rate != RATE:
+        positions = np.arange(int(len(data) * RATE / rate)) * rate / RATE
+        data = np.interp(positions, np.arange(len(data)), data).astype(np.float32)
+    return data
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = RATE) -> Path:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype(np.int16)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm.tobytes())
+    return path
+
+
+def espeak(text: str, voice: str = "en-us", speed: int = 165) -> np.ndarray:
+    """espeak-ng speech at RATE, trimmed to its voiced part."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "say.wav"
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-w", str(out), text], check=True)
+        return trim(read_wav(out))
+
+
+def voiced_bounds(samples: np.ndarray, rate: int = RATE) -> tuple[int, int]:
+    """First and last sample of 10 ms windows louder than SILENCE_DBFS."""
+    hop = rate // 100
+    frames = samples[: len(samples) // hop * hop].reshape(-1, hop)
+    level = 20 * np.log10(np.sqrt((frames**2).mean(axis=1)) + 1e-9)
+    loud = np.flatnonzero(level > SILENCE_DBFS)
+    if loud.size == 0:
+        return 0, 0
+    return int(loud[0] * hop), int((loud[-1] + 1) * hop)
+
+
+def trim(samples: np.ndarray) -> np.ndarray:
+    start, end = voiced_bounds(samples)
+    return samples[start:end]
+
+
+def compose(clips: list[tuple[str, np.ndarray]], lead_s: float = 1.0, gap_s: float = 2.5, tail_s: float = 3.0,
+            noise_dbfs: float = -70.0, seed: int = 0) -> tuple[np.ndarray, list[Placed]]:
+    """Lay clips out with silence between them (plus faint noise, as a real room has); returns audio and positions."""
+    parts, placed, at = [np.zeros(int(lead_s * RATE), np.float32)], [], lead_s
+    for text, audio in clips:
+        placed.append(Placed(text, at, at + len(audio) / RATE))
+        parts += [audio, np.zeros(int(gap_s * RATE), np.float32)]
+        at += len(audio) / RATE + gap_s
+    parts.append(np.zeros(int(tail_s * RATE), np.float32))
+    out = np.concatenate(parts)
+    out += (10 ** (noise_dbfs / 20)) * np.random.default_rng(seed).standard_normal(out.size).astype(np.float32)
+    return out, placed

@@ -1,0 +1,101 @@
+"""On-device speech in real Chromium: fake microphone → AudioWorklet → Silero VAD → Whisper tiny.en (wasm).
+
+The audio is espeak-ng speech made by the test (a proxy for real voices), laid out in one WAV with known speech
+positions, so the capture clock (`audio_t`) can be checked against where speech really ends.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from e2e.audio import RATE, compose, espeak, write_wav
+from e2e.wer import normalise, wer
+
+UTTERANCES = [
+    ("pause the music", "en-us"),
+    ("turn the volume down", "en-us+f3"),
+    ("skip this song", "en-gb"),
+    ("set a timer for ten minutes", "en-us"),
+    ("what time is it", "en-us+m3"),
+    ("switch off the kitchen lights", "en-gb"),
+    ("play some jazz", "en-us+f2"),
+    ("volume to thirty percent", "en-us"),
+    ("what is the weather like in Paris today", "en-us+m1"),
+    ("how far away is the moon", "en-gb"),
+    ("stop", "en-us"),
+    ("go back to the previous track", "en-us+f3"),
+]
+END_TOLERANCE_S = 0.35
+
+
+@pytest.fixture(scope="module")
+def spoken(tmp_path_factory):
+    clips = [(text, espeak(text, voice)) for text, voice in UTTERANCES]
+    audio, placed = compose(clips)
+    path = write_wav(tmp_path_factory.mktemp("speech") / "utterances.wav", audio)
+    return path, placed, len(audio) / RATE
+
+
+def test_utterances_are_transcribed_on_the_device(open_voxline, spoken):
+    wav, placed, duration_s = spoken
+    vx = open_voxline(wav)
+    vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=60)
+    vx.wait_for(f"ev.filter(e => e.name === 'transcript' && e.final).length >= {len(placed)} || "
+                f"(ev.length && ev[ev.length - 1].audio_t > {duration_s + 1})", timeout_s=duration_s + 60)
+    finals = vx.events("transcript")
+    finals = [e for e in finals if e["final"]]
+    report = [(p.text, next((f["text"] for f in finals if p.start_s - 0.5 < f["end_t"] < p.end_s + 1.0), ""))
+              for p in placed]
+    print(json.dumps(report, indent=1))
+    assert len(finals) == len(placed), (report, vx.console[-20:])
+    error_rate = wer([r for r, _ in report], [h for _, h in report])
+    assert error_rate <= 0.20, report
+    for event in finals:
+        assert 0.0 <= event["confidence"] <= 1.0
+
+
+def test_events_follow_the_capture_clock(open_voxline, spoken):
+    wav, placed, duration_s = spoken
+    vx = open_voxline(wav)
+    vx.wait_for(f"ev.filter(e => e.name === 'speech-end').length >= 3", timeout_s=60)
+    starts, ends = vx.events("speech-start"), vx.events("speech-end")
+    for truth, start, end in zip(placed[:3], starts, ends):
+        # speech-start reports where voiced audio began; it fires a little later (the minimum speech length).
+        assert abs(start["start_t"] - truth.start_s) < END_TOLERANCE_S, (truth, start)
+        assert start["audio_t"] >= start["start_t"]
+        assert abs(end["end_t"] - truth.end_s) < END_TOLERANCE_S, (truth, end)
+        assert end["audio_t"] >= truth.end_s
+        assert end["audio_t"] - truth.end_s < 1.5, "the turn should end within the silence hangover"
+
+
+def test_silence_gives_no_transcript(open_voxline, tmp_path):
+    rng = np.random.default_rng(1)
+    quiet = (10 ** (-65 / 20)) * rng.standard_normal(8 * RATE).astype(np.float32)
+    vx = open_voxline(write_wav(tmp_path / "silence.wav", quiet))
+    vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=60)
+    vx.page.wait_for_timeout(8000)
+    names = [e["name"] for e in vx.events()]
+    assert "speech-start" not in names
+    assert "transcript" not in names
+    assert "error" not in names, vx.events("error")
+
+
+def test_a_click_and_a_cough_do_not_start_a_turn(open_voxline, tmp_path):
+    rng = np.random.default_rng(2)
+    audio = np.zeros(7 * RATE, np.float32)
+    audio[RATE: RATE + 48] = 0.8  # a 1 ms click
+    burst = rng.standard_normal(int(0.15 * RATE)).astype(np.float32) * np.hanning(int(0.15 * RATE)).astype(np.float32)
+    audio[3 * RATE: 3 * RATE + burst.size] = 0.5 * burst  # a 150 ms noise burst, like a cough
+    vx = open_voxline(write_wav(tmp_path / "click_cough.wav", audio))
+    vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=60)
+    vx.page.wait_for_timeout(7000)
+    assert [e for e in vx.events() if e["name"] in ("speech-start", "transcript")] == []
+
+
+def test_normalised_wer_helper():
+    assert normalise("Set a timer for 10 minutes.") == normalise("set a timer for ten minutes")
+    assert normalise("Volume to 30%") == normalise("volume to thirty percent")
+    assert wer(["pause the music"], ["pause the muse"]) == pytest.approx(1 / 3)

@@ -1,0 +1,88 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Endpointer, State } from '../voxline/endpointer.js';
+import { DEFAULTS } from '../voxline/settings.js';
+
+const FRAME = 512;
+const RATE = 16000;
+
+/** Feed probabilities, one per 32 ms frame; returns every event with the frame index it came at. */
+function run(probs, settings = DEFAULTS, onCheck = () => null) {
+  const ep = new Endpointer(settings);
+  const events = [];
+  probs.forEach((p, i) => {
+    for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) {
+      events.push({ ...ev, frame: i });
+      if (ev.type === 'turn-check') {
+        const answer = onCheck(ev);
+        if (answer !== null) for (const next of ep.turnResult(ev.pauseId, answer)) events.push({ ...next, frame: i });
+      }
+    }
+  });
+  return { events, ep };
+}
+
+const frames = (secs) => Math.round((secs * RATE) / FRAME);
+const speech = (secs) => Array(frames(secs)).fill(0.9);
+const silence = (secs) => Array(frames(secs)).fill(0.02);
+
+test('a turn starts after the minimum speech length and ends after the hangover', () => {
+  const { events } = run([...silence(0.5), ...speech(1.0), ...silence(1.0)]);
+  assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', 'turn-check', 'speech-end']);
+  const [start, , , end] = events;
+  assert.equal(start.voicedAt, frames(0.5) * FRAME);
+  assert.equal(start.start, start.voicedAt - DEFAULTS.preRollSecs * RATE);
+  assert.equal(end.end, (frames(0.5) + frames(1.0)) * FRAME);
+  assert.equal(end.reason, 'hangover');
+  assert.ok(end.silence_s >= DEFAULTS.hangoverSecs && end.silence_s < DEFAULTS.hangoverSecs + 0.04);
+});
+
+test('a confident smart-turn answer ends the turn early', () => {
+  const { events } = run([...speech(1.0), ...silence(1.0)], DEFAULTS, () => 0.95);
+  const end = events.find((e) => e.type === 'speech-end');
+  assert.equal(end.reason, 'smart-turn');
+  assert.ok(end.silence_s < DEFAULTS.turnCheckSecs + 0.05);
+});
+
+test('an unsure smart-turn answer leaves the hangover in charge', () => {
+  const { events } = run([...speech(1.0), ...silence(1.0)], DEFAULTS, () => 0.4);
+  assert.equal(events.find((e) => e.type === 'speech-end').reason, 'hangover');
+});
+
+test('a click or a short cough does not start a turn', () => {
+  const { events, ep } = run([...silence(0.3), 0.95, ...silence(0.5), ...speech(0.15), ...silence(0.5)]);
+  assert.deepEqual(events, []);
+  assert.equal(ep.state, State.SILENCE);
+});
+
+test('a blip inside a pause neither resumes the turn nor moves the end of speech', () => {
+  const { events } = run([...speech(1.0), ...silence(0.3), 0.9, ...silence(1.0)]);
+  const end = events.find((e) => e.type === 'speech-end');
+  assert.equal(end.end, frames(1.0) * FRAME);
+  assert.ok(!events.some((e) => e.type === 'resume'));
+});
+
+test('speech after a short pause resumes the turn and cancels the stale smart-turn answer', () => {
+  const ep = new Endpointer(DEFAULTS);
+  let at = 0;
+  const feed = (probs) => probs.flatMap((p) => ep.push(p, (at += FRAME), FRAME));
+  feed(speech(1.0));
+  const check = feed(silence(0.3)).find((e) => e.type === 'turn-check');
+  assert.ok(check);
+  assert.ok(feed(speech(0.5)).some((e) => e.type === 'resume'));
+  assert.deepEqual(ep.turnResult(check.pauseId, 0.99), [], 'an answer about an old pause is ignored');
+  assert.equal(ep.state, State.SPEECH);
+});
+
+test('hysteresis keeps a frame between the thresholds in its previous class', () => {
+  const mid = (DEFAULTS.vadStartProb + DEFAULTS.vadStopProb) / 2;
+  const { events } = run([...speech(1.0), ...Array(frames(0.5)).fill(mid), ...silence(1.0)]);
+  assert.equal(events.find((e) => e.type === 'speech-end').end, frames(1.5) * FRAME);
+});
+
+test('a turn never outgrows the maximum length', () => {
+  const { events } = run(speech(DEFAULTS.maxTurnSecs + 1));
+  const end = events.find((e) => e.type === 'speech-end');
+  assert.equal(end.reason, 'max-length');
+  assert.ok((end.end - end.start) / RATE <= DEFAULTS.maxTurnSecs + 0.05);
+});
