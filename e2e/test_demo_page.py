@@ -1,33 +1,57 @@
-"""The demo page in real Chromium: cross-origin isolated (wasm threads) and able to read the model manifest."""
+"""The demo page in real Chromium: cross-origin isolated (wasm threads), models loaded, progress shown."""
 
 from __future__ import annotations
 
 
-def test_demo_page_is_isolated_and_lists_the_browser_models(page, voxline_server):
+def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_server):
+    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
     page.goto(voxline_server.url + "/")
-    page.wait_for_selector("html[data-voxline-manifest=loaded]", timeout=15_000)
+    page.wait_for_function("window.__ready !== undefined", timeout=60_000)
     assert page.evaluate("self.crossOriginIsolated") is True
-    assert page.evaluate("typeof SharedArrayBuffer") == "function"
-    items = page.locator("#models li").all_inner_texts()
-    assert any(text.startswith("whisper-tiny-en-onnx") for text in items)
-    assert any(text.startswith("silero-vad-v5") for text in items)
+    ready = page.evaluate("window.__ready")
+    assert ready["isolated"] is True and ready["threads"] == 2
+    assert ready["load_ms"] > 0
+    names = {m["name"] for m in ready["models"]}
+    assert names == {"whisper-tiny-en-onnx", "silero-vad-v5", "smart-turn-v3.2"}
+    assert all(m["bytes"] > 1_000_000 for m in ready["models"])
+    assert page.locator("#state").inner_text() == "Ready"
+    assert page.locator("#progress").is_hidden()
 
 
-def test_onnxruntime_web_loads_a_browser_model(page, voxline_server):
-    """onnxruntime-web from our own server, threaded wasm, runs Silero VAD on one frame of silence."""
+def test_models_are_kept_in_cache_storage_and_checked(page, voxline_server):
     page.goto(voxline_server.url + "/")
-    page.wait_for_selector("html[data-voxline-manifest=loaded]", timeout=15_000)
-    result = page.evaluate("""async () => {
-        const ort = await import('/vendor/onnxruntime-web/ort.wasm.min.mjs');
-        ort.env.wasm.wasmPaths = '/vendor/onnxruntime-web/';
-        ort.env.wasm.numThreads = 2;
-        const session = await ort.InferenceSession.create('/wasm_models/silero-vad-v5/silero_vad_v5.onnx');
-        const out = await session.run({
-            input: new ort.Tensor('float32', new Float32Array(512), [1, 512]),
-            state: new ort.Tensor('float32', new Float32Array(256), [2, 1, 128]),
-            sr: new ort.Tensor('int64', BigInt64Array.from([16000n]), []),
-        });
-        return {inputs: session.inputNames, p: out.output.data[0]};
+    page.wait_for_function("document.getElementById('state').dataset.state === 'idle'", timeout=60_000)
+    keys = page.evaluate("""async () => {
+        const cache = await caches.open('voxline-models-v1');
+        return (await cache.keys()).map((r) => r.url);
     }""")
-    assert result["inputs"] == ["input", "state", "sr"]
-    assert 0.0 <= result["p"] < 0.5
+    assert any("encoder.int8.onnx?sha256=" in k for k in keys)
+    assert len(keys) == 5
+
+
+def _tamper(route):
+    response = route.fetch()
+    body = bytearray(response.body())
+    body[1000] ^= 0xFF
+    route.fulfill(response=response, body=bytes(body))
+
+
+def test_a_corrupt_model_download_is_refused_with_a_way_out(page, voxline_server):
+    page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
+    page.route("**/wasm_models/silero-vad-v5/*", _tamper)
+    page.goto(voxline_server.url + "/")
+    page.wait_for_function("window.__error !== undefined", timeout=60_000)
+    error = page.evaluate("window.__error")
+    assert error["code"] == "model_corrupt"
+    assert "silero_vad_v5.onnx" in error["message"] and "Reload" in error["message"]
+    assert page.locator("#state").get_attribute("data-state") == "error"
+    keys = page.evaluate("async () => (await (await caches.open('voxline-models-v1')).keys()).map((r) => r.url)")
+    assert not any("silero" in k for k in keys), "an altered file must never be cached"
+
+
+def test_a_failed_download_says_so(page, voxline_server):
+    page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
+    page.route("**/wasm_models/whisper-tiny-en-onnx/encoder.int8.onnx", lambda route: route.abort())
+    page.goto(voxline_server.url + "/")
+    page.wait_for_function("window.__error !== undefined", timeout=60_000)
+    assert page.evaluate("window.__error.code") == "model_download_failed"

@@ -11,8 +11,8 @@ import json
 import numpy as np
 import pytest
 
-from e2e.audio import RATE, compose, espeak, write_wav
-from e2e.wer import normalise, wer
+from voxline.bench.audio import RATE, compose, espeak, write_wav
+from voxline.bench.wer import normalise, wer
 
 UTTERANCES = [
     ("pause the music", "en-us"),
@@ -99,3 +99,30 @@ def test_normalised_wer_helper():
     assert normalise("Set a timer for 10 minutes.") == normalise("set a timer for ten minutes")
     assert normalise("Volume to 30%") == normalise("volume to thirty percent")
     assert wer(["pause the music"], ["pause the muse"]) == pytest.approx(1 / 3)
+
+
+def _without_isolation(route):
+    response = route.fetch()
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("cross-origin-opener-policy", "cross-origin-embedder-policy")}
+    route.fulfill(response=response, headers=headers)
+
+
+def test_without_cross_origin_isolation_it_still_works_single_threaded(browser_type, voxline_server, tmp_path):
+    from voxline.bench.browser import RECORD_EVENTS, launch_chromium
+
+    audio, placed = compose([("turn the volume down", espeak("turn the volume down"))])
+    wav = write_wav(tmp_path / "one.wav", audio)
+    browser = launch_chromium(browser_type, wav)
+    try:
+        page = browser.new_context(permissions=["microphone"]).new_page()
+        page.add_init_script(RECORD_EVENTS)
+        page.route("**/?autostart=1", _without_isolation)
+        page.goto(voxline_server.url + "/?autostart=1")
+        page.wait_for_function("window.__vx.some(e => e.name === 'transcript' && e.final)", timeout=60_000)
+        ready = next(e for e in page.evaluate("window.__vx") if e["name"] == "ready")
+        assert ready["isolated"] is False and ready["threads"] == 1
+        final = next(e for e in page.evaluate("window.__vx") if e["name"] == "transcript" and e["final"])
+        assert wer([placed[0].text], [final["text"]]) <= 0.25
+    finally:
+        browser.close()

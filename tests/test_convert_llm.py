@@ -95,10 +95,9 @@ def _generator(folder: Path):
     return ctranslate2.Generator(str(folder), device="cpu", intra_threads=2)
 
 
-def ct2_greedy(folder: Path, ids: list[int], n_tokens: int) -> list[int]:
+def ct2_greedy(generator, tok, ids: list[int], n_tokens: int) -> list[int]:
     """Greedy continuation by the CT2 model, eos included when reached, like ReferenceModel.greedy."""
-    tok = _tokenizer(folder)
-    result = _generator(folder).generate_batch(
+    result = generator.generate_batch(
         [[tok.id_to_token(i) for i in ids]],
         max_length=n_tokens,
         sampling_topk=1,
@@ -108,9 +107,9 @@ def ct2_greedy(folder: Path, ids: list[int], n_tokens: int) -> list[int]:
     return list(result[0].sequences_ids[0])
 
 
-def ct2_logits(folder: Path, ids: list[int]) -> np.ndarray:
+def ct2_logits(generator, ids: list[int]) -> np.ndarray:
     """Logits [len(ids), vocab] of one forward pass of the CT2 model."""
-    return np.array(_generator(folder).forward_batch([ids]))[0].astype(np.float32)
+    return np.array(generator.forward_batch([ids]))[0].astype(np.float32)
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
@@ -119,16 +118,16 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def assert_matches_reference_fp32(folder: Path, ref: ReferenceModel) -> None:
     """A float32 conversion must reproduce the reference: same greedy tokens, logits equal to rounding error."""
-    tok = _tokenizer(folder)
+    tok, generator = _tokenizer(folder), _generator(folder)
     for question in (SHORT_QUESTION, LONG_QUESTION):
         ids = tok.encode(chatml(question)).ids
         expected = ref.greedy(ids, GREEDY_TOKENS)
-        got = ct2_greedy(folder, ids, GREEDY_TOKENS)
+        got = ct2_greedy(generator, tok, ids, GREEDY_TOKENS)
         assert got == expected, f"{question!r}: CT2 {tok.decode(got)!r} != reference {tok.decode(expected)!r}"
     assert len(expected) >= 16
 
     ids = tok.encode(chatml(LONG_QUESTION)).ids + expected
-    got, want = ct2_logits(folder, ids), ref.forward(ids)[0]
+    got, want = ct2_logits(generator, ids), ref.forward(ids)[0]
     assert np.abs(got - want).max() < 1e-2 * np.abs(want).max()
 
 
@@ -147,7 +146,8 @@ def test_skipping_the_rope_unpermute_is_caught(tmp_path, source_gguf, smol_ref):
         assert_matches_reference_fp32(broken, smol_ref)
 
     ids = _tokenizer(broken).encode(chatml(SHORT_QUESTION)).ids
-    assert correlation(ct2_logits(broken, ids)[-1], smol_ref.forward(ids)[0][-1]) < INT8_MIN_CORRELATION
+    got = ct2_logits(_generator(broken), ids)[-1]
+    assert correlation(got, smol_ref.forward(ids)[0][-1]) < INT8_MIN_CORRELATION
 
 
 def test_unpermute_inverts_llama_cpp_permutation():
@@ -183,7 +183,7 @@ def test_int8_logits_track_reference(name, ref_fixture, model_dir, request):
     folder = model_dir(name)
     ref: ReferenceModel = request.getfixturevalue(ref_fixture)
     ids = _tokenizer(folder).encode(chatml(SHORT_QUESTION)).ids
-    got, want = ct2_logits(folder, ids)[-1], ref.forward(ids)[0][-1]
+    got, want = ct2_logits(_generator(folder), ids)[-1], ref.forward(ids)[0][-1]
     assert correlation(got, want) > INT8_MIN_CORRELATION
     assert int(np.argmax(got)) == int(np.argmax(want))
 

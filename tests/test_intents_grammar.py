@@ -195,7 +195,7 @@ def test_regional_language_tags_fall_back():
             {
                 "language": "en",
                 "lists": {"q": {"wildcard": {}}},
-                "intents": {"x.y": {"sentences": ["play [the] {q}"]}},
+                "intents": {"x.y": {"sentences": ["[play] {q}"]}},
             },
             "must follow a literal word",
         ),
@@ -236,3 +236,16 @@ def test_yaml_errors_in_templates_name_the_template(tmp_path):
     path = write(tmp_path, "x.yaml", 'language: en\nintents:\n  x.y:\n    sentences: ["turn (it down"]\n')
     with pytest.raises(GrammarError, match=r"x\.y#0 'turn \(it down'"):
         compile_yaml([path])
+
+
+def test_the_format_example_in_the_module_docstring_compiles():
+    import textwrap
+
+    import yaml
+
+    from voxline.intents import grammar
+
+    doc = grammar.__doc__
+    example = yaml.safe_load(textwrap.dedent(doc[doc.index("    language: en") : doc.index("Template syntax")]))
+    match = recognize("set the sound to 40%", Grammar.from_dict(compile_documents([example])))
+    assert (match.intent, match.slots) == ("media.volume_set", {"level": 40})

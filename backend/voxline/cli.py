@@ -78,6 +78,12 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_asr(args: argparse.Namespace) -> int:
+    from voxline.bench import asr
+
+    return asr.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="voxline", description="Voxline voice assistant stack")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -102,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     listing = models.add_parser("list", help="name, role, size, path and source of every model")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_cmd_models_list)
+
+    bench = sub.add_parser("bench", help="benchmarks; each prints a JSON summary").add_subparsers(
+        dest="bench_command", required=True)
+    bench_asr = bench.add_parser("asr", help="on-device ASR in headless Chromium: utterance window vs 30 s baseline")
+    bench_asr.add_argument("--rounds", type=int, default=2, help="passes over the commands, configurations alternating")
+    bench_asr.add_argument("--voice", choices=["hibari", "espeak"], default="hibari")
+    bench_asr.set_defaults(func=_cmd_bench_asr)
     return parser
 
 

@@ -132,7 +132,9 @@ def _expand(expression: Expression, rules: Mapping[str, Sequence], depth: int) -
 
 def _rule(reference: RuleRef, rules: Mapping[str, Sequence], depth: int) -> Sequence:
     if depth >= MAX_RULE_DEPTH:
-        raise GrammarError(f"rule <{reference.name}> nested deeper than {MAX_RULE_DEPTH}: do rules reference each other?")
+        raise GrammarError(
+            f"rule <{reference.name}> nested deeper than {MAX_RULE_DEPTH}: do rules reference each other?"
+        )
     if reference.name not in rules:
         raise GrammarError(f"unknown rule <{reference.name}>")
     return rules[reference.name]

@@ -6,9 +6,9 @@ YAML is read only on the server or at build time (`compile_yaml`); the engine it
 Source file format (one language per file; later files extend or override earlier ones)::
 
     language: en
-    skip_words: [please, can you]        # dropped at either edge of an utterance when that helps it match
+    skip_words: [please, can you]        # dropped from both edges of an utterance before matching
     rules:
-      volume: (volume|sound)             # reusable expressions, referenced as <volume>
+      volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
       area:                              # a closed list; a bare string is its own value and synonym
         values: [kitchen, {value: living_room, synonyms: [living room, lounge]}]
@@ -18,15 +18,18 @@ Source file format (one language per file; later files extend or override earlie
     intents:
       media.volume_set:
         requires: [level]                # every template must fill these slots (checked at load)
-        confirm: [Volume {level}.]       # the first whose placeholders the match fills is used
+        confirm: ["Volume {level}."]     # the first whose placeholders the match fills is used
         sentences:
-          - set the <volume> to {level} [percent|%]
+          - "set the <volume> to {level} [percent|%]"
 
-Template syntax is in the `expression` module. Merging, file by file in order: a new intent is added; an
-existing one gets the new sentences appended (all of them replaced with ``replace: true``), its ``confirm``
-replaced when given and its ``requires`` extended. Two ``values`` lists of one name merge (a repeated value gains
-the new synonyms) unless the later says ``replace: true``; any other list, and a rule, is replaced by the later
-definition. Skip words accumulate.
+Template syntax is in the `expression` module. Quote templates in YAML: it reads a plain value that starts with
+``[`` or ``{`` as a list or a mapping. A skill file may also be JSON with the same layout, which needs no PyYAML
+(and `compile_documents` takes parsed documents directly, in the browser too).
+
+Merging, file by file in order: a new intent is added; an existing one gets the new sentences appended (all of
+them replaced with ``replace: true``), its ``confirm`` replaced when given and its ``requires`` extended. Two
+``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
+``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words accumulate.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:

@@ -3,8 +3,8 @@
 The same spec is implemented twice, here and in the browser (JavaScript), and both are checked against the shared
 vectors in `tests/vectors/normalize.json`. The normalised text is the key of the browser's intent cache and the
 only text the grammar engine ever sees, so the two implementations must agree byte for byte. Keep it that way:
-every step below is expressible with `String.prototype.normalize`, `toLowerCase`-free case folding of the same
-Unicode data, and `\\p{...}` regular expressions.
+every step below is expressible in JavaScript with `String.prototype.normalize("NFKC")`, `toLowerCase()` plus
+the two folds named in step 2, and `\\p{General_Category}` regular expressions with the ``u`` flag.
 
 Steps, in order:
 
@@ -15,9 +15,10 @@ Steps, in order:
    covers every character the vectors contain.
 3. **Apostrophes are deleted**, not turned into spaces, so ``what's`` → ``whats`` and ``don't`` → ``dont``. The
    apostrophes are U+0027 ``'``, U+2018 ``‘``, U+2019 ``’`` and U+02BC ``ʼ``.
-4. **Digit groups**: a ``.`` with an ASCII digit on both sides (in the case-folded text) is kept (a decimal point: ``2.5``); a ``,`` with an
-   ASCII digit on both sides is deleted (a thousands separator: ``1,000`` → ``1000``). Only ASCII ``0-9`` count as
-   digits here.
+4. **Digit groups**: a ``.`` with an ASCII digit on both sides (in the case-folded text) is kept (a decimal
+   point: ``2.5``); a ``,`` with an ASCII digit on both sides is deleted (a thousands separator: ``1,000`` →
+   ``1000``, and so ``100,5`` → ``1005``: the spec does not guess locales). Only ASCII ``0-9`` count as digits
+   here. Any other ``.`` or ``,`` falls to step 6.
 5. **Percent** ``%`` is kept as a token of its own (spaces around it): ``30%`` → ``30 %``. It is the only
    punctuation or symbol character kept, because "volume to 30%" means something.
 6. **Everything else that is not a word character becomes a space**: every character whose Unicode general
@@ -32,8 +33,9 @@ Steps, in order:
 8. **Whitespace**: after step 6 the only whitespace left is the ASCII space; runs of it collapse to one, and
    leading and trailing spaces are removed.
 
-The output is therefore a sequence of tokens separated by single spaces; ``normalize(normalize(x)) ==
-normalize(x)`` for every input.
+The output is therefore a sequence of tokens separated by single spaces, and normalising it again changes
+nothing (the tests check this on every vector). Templates go through the same function, so a grammar can be
+written in ordinary spelling ("What's the time?").
 """
 
 from __future__ import annotations

@@ -83,8 +83,9 @@ class _Fill:
     name: str
     value: SlotValue
     start: int
+    """First token, counted in the matched window."""
     end: int
-    wildcard: bool
+    """One past the last token."""
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def _walk_trie(
     for slot, slot_child in node.slots.items():
         is_free = _is_wildcard(walk, slot)
         for end, value in _slot_options(walk, slot, position):
-            fill = _Fill(slot.name, value, position, end, is_free)
+            fill = _Fill(slot.name, value, position, end)
             taken = end - position if is_free else 0
             _walk_trie(walk, slot_child, end, fills + (fill,), literal, wildcard + taken)
 
@@ -242,7 +243,7 @@ def _match_elements(
         return
     is_free = _is_wildcard(walk, element)
     for slot_end, value in _slot_options(walk, element, position):
-        fill = _Fill(element.name, value, position, slot_end, is_free)
+        fill = _Fill(element.name, value, position, slot_end)
         taken = slot_end - position if is_free else 0
         _match_elements(walk, end, elements, element_index + 1, slot_end, fills + (fill,), literal, wildcard + taken)
 
@@ -338,6 +339,7 @@ def _render(text: str, slots: dict[str, SlotValue], slot_lists: dict[str, SlotLi
 
 
 def _plain(value: SlotValue) -> str:
+    """A slot value as text: whole floats without their ``.0``."""
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)

@@ -45,7 +45,9 @@ class ValueList:
 
     values: tuple[ListValue, ...]
     kind: str = field(default="values", init=False)
-    _phrases: dict[tuple[str, ...], tuple[SlotValue, ...]] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _phrases: dict[tuple[str, ...], tuple[SlotValue, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     _prefixes: frozenset[tuple[str, ...]] = field(default=frozenset(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -84,3 +84,27 @@ def compose(clips: list[tuple[str, np.ndarray]], lead_s: float = 1.0, gap_s: flo
     out = np.concatenate(parts)
     out += (10 ** (noise_dbfs / 20)) * np.random.default_rng(seed).standard_normal(out.size).astype(np.float32)
     return out, placed
+
+
+def hibari(text: str, seed: int = 0, speed: float = 1.0, level_dbfs: float = -20.0) -> np.ndarray:
+    """Natural-sounding speech from the hibari-tts 'heart' voice at RATE, trimmed and levelled.
+
+    smart-turn separates finished from unfinished turns on such speech, not on espeak-ng's (MODELS.md), so
+    endpointing figures come from this voice.
+    """
+    from voxline import paths
+    from hibari import Hibari
+
+    model = paths.model_dir("hibari-heart") / "hibari.onnx"
+    voice = _HIBARI.get(model)
+    if voice is None:
+        voice = _HIBARI[model] = Hibari(voice="heart", model=str(model) if model.exists() else None)
+    audio = voice(text, speed=speed, seed=seed)
+    positions = np.arange(int(len(audio) * RATE / voice.sample_rate)) * voice.sample_rate / RATE
+    audio = np.interp(positions, np.arange(len(audio)), audio).astype(np.float32)
+    audio = trim(audio)
+    rms = float(np.sqrt((audio**2).mean())) or 1.0
+    return audio * (10 ** (level_dbfs / 20) / rms)
+
+
+_HIBARI: dict = {}

@@ -1,0 +1,98 @@
+"""Real Chromium on a real Voxline server: shared by the e2e tests and the browser benchmarks.
+
+Debian's Chromium (Playwright's own browser download does not work on these machines), with a fake microphone
+that plays one WAV file once (`%noloop`), on the demo page opened with `?autostart=1`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+
+from voxline.config import Settings
+from voxline.server.app import create_app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+]
+EVENT_NAMES = ["ready", "speech-start", "speech-end", "transcript", "intent", "reply", "reply-audio", "error"]
+# Collects every voxline:* event on the page from the first moment, before any page script runs.
+RECORD_EVENTS = (
+    "window.__vx = [];\n"
+    f"for (const name of {EVENT_NAMES!r}) "
+    "document.addEventListener('voxline:' + name, (e) => window.__vx.push({name, ...e.detail}));"
+)
+
+
+class ServerThread:
+    """uvicorn in a daemon thread on a free loopback port."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        app = create_app(settings or Settings.from_env())
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the Voxline server thread did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+        self._sock.close()
+
+
+def launch_chromium(browser_type, wav: Path | None = None):
+    """Debian's Chromium; its fake microphone plays `wav` once (or Chromium's beep when None)."""
+    args = [*CHROMIUM_FLAGS]
+    if wav is not None:
+        args.append(f"--use-file-for-fake-audio-capture={wav}%noloop")
+    return browser_type.launch(executable_path=CHROMIUM, args=args)
+
+
+class VoxlinePage:
+    """One browser whose fake microphone plays one WAV, on the demo page with `?autostart=1`."""
+
+    def __init__(self, browser_type, base_url: str, wav: Path | None, query: str = "") -> None:
+        self.browser = launch_chromium(browser_type, wav)
+        self.context = self.browser.new_context(permissions=["microphone"])
+        self.page = self.context.new_page()
+        self.page.add_init_script(RECORD_EVENTS)
+        self.console: list[str] = []
+        self.page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
+        self.page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
+        self.page.goto(f"{base_url}/?autostart=1{query}")
+
+    def events(self, name: str | None = None) -> list[dict]:
+        events = self.page.evaluate("window.__vx")
+        return [e for e in events if name is None or e["name"] == name]
+
+    def wait_for(self, predicate: str, timeout_s: float) -> None:
+        """Wait for a JS predicate over `ev`, the events so far (an array of {name, ...detail})."""
+        self.page.wait_for_function(f"(() => {{ const ev = window.__vx; return {predicate}; }})()",
+                                    timeout=timeout_s * 1000, polling=100)
+
+    def close(self) -> None:
+        self.context.close()
+        self.browser.close()

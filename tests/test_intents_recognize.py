@@ -1,0 +1,399 @@
+"""English recognition with the built-in skill pack: every intent, slot value and span; and what must not match."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from voxline.intents import Grammar, Match, builtin_grammar, compile_documents, is_prefix, recognize
+from voxline.intents.expression import SlotRef
+
+
+@pytest.fixture(scope="module")
+def grammar() -> Grammar:
+    return builtin_grammar()
+
+
+# (utterance, intent, slots, the text each slot's span covers in the normalised utterance)
+POSITIVES = [
+    ("play", "media.play", {}, {}),
+    ("play some music", "media.play", {}, {}),
+    ("play music", "media.play", {}, {}),
+    ("start the music", "media.play", {}, {}),
+    ("play some jazz", "media.play", {"query": "jazz"}, {"query": "jazz"}),
+    ("play jazz music", "media.play", {"query": "jazz"}, {"query": "jazz"}),
+    ("Play the Beatles", "media.play", {"query": "the beatles"}, {"query": "the beatles"}),
+    ("play the song yesterday", "media.play", {"query": "yesterday"}, {"query": "yesterday"}),
+    ("play music by Queen", "media.play", {"query": "queen"}, {"query": "queen"}),
+    ("play a song by Queen", "media.play", {"query": "queen"}, {"query": "queen"}),
+    ("put on some Miles Davis", "media.play", {"query": "miles davis"}, {"query": "miles davis"}),
+    ("I want to listen to Bach", "media.play", {"query": "bach"}, {"query": "bach"}),
+    ("play jazz please", "media.play", {"query": "jazz"}, {"query": "jazz"}),
+    ("pause", "media.pause", {}, {}),
+    ("pause the music", "media.pause", {}, {}),
+    ("Pause it.", "media.pause", {}, {}),
+    ("pause the song", "media.pause", {}, {}),
+    ("resume", "media.resume", {}, {}),
+    ("resume the music", "media.resume", {}, {}),
+    ("continue playing", "media.resume", {}, {}),
+    ("unpause", "media.resume", {}, {}),
+    ("keep playing", "media.resume", {}, {}),
+    ("stop the music", "media.stop", {}, {}),
+    ("stop playing", "media.stop", {}, {}),
+    ("turn off the music", "media.stop", {}, {}),
+    ("next", "media.next", {}, {}),
+    ("next track", "media.next", {}, {}),
+    ("next song", "media.next", {}, {}),
+    ("skip this song", "media.next", {}, {}),
+    ("skip", "media.next", {}, {}),
+    ("play the next song", "media.next", {}, {}),
+    ("go back", "media.previous", {}, {}),
+    ("previous track", "media.previous", {}, {}),
+    ("previous", "media.previous", {}, {}),
+    ("last song", "media.previous", {}, {}),
+    ("play the previous song again", "media.previous", {}, {}),
+    ("louder", "media.volume_up", {}, {}),
+    ("turn it up", "media.volume_up", {}, {}),
+    ("turn the volume up a bit", "media.volume_up", {}, {}),
+    ("turn up the music", "media.volume_up", {}, {}),
+    ("volume up", "media.volume_up", {}, {}),
+    ("increase the volume", "media.volume_up", {}, {}),
+    ("a little louder", "media.volume_up", {}, {}),
+    ("turn it down a bit", "media.volume_down", {}, {}),
+    ("turn it down", "media.volume_down", {}, {}),
+    ("turn the volume down", "media.volume_down", {}, {}),
+    ("turn down the volume", "media.volume_down", {}, {}),
+    ("lower the volume slightly", "media.volume_down", {}, {}),
+    ("quieter", "media.volume_down", {}, {}),
+    ("volume down", "media.volume_down", {}, {}),
+    ("it's too loud", "media.volume_down", {}, {}),
+    ("volume to 30 percent", "media.volume_set", {"level": 30}, {"level": "30"}),
+    ("Volume to 30%", "media.volume_set", {"level": 30}, {"level": "30"}),
+    ("set the volume to thirty percent", "media.volume_set", {"level": 30}, {"level": "thirty"}),
+    ("set volume to twenty five", "media.volume_set", {"level": 25}, {"level": "twenty five"}),
+    ("turn the volume down to 30", "media.volume_set", {"level": 30}, {"level": "30"}),
+    ("turn it up to eighty", "media.volume_set", {"level": 80}, {"level": "eighty"}),
+    ("volume 0", "media.volume_set", {"level": 0}, {"level": "0"}),
+    ("volume at one hundred percent", "media.volume_set", {"level": 100}, {"level": "one hundred"}),
+    ("mute", "media.mute", {}, {}),
+    ("mute the music", "media.mute", {}, {}),
+    ("turn off the sound", "media.mute", {}, {}),
+    ("unmute", "media.unmute", {}, {}),
+    ("turn the sound back on", "media.unmute", {}, {}),
+    ("set a timer for 10 minutes", "timer.set", {"seconds": 600}, {"seconds": "10 minutes"}),
+    ("set a timer for ten minutes", "timer.set", {"seconds": 600}, {"seconds": "ten minutes"}),
+    ("Set a timer for an hour and a half.", "timer.set", {"seconds": 5400}, {"seconds": "an hour and a half"}),
+    ("timer for 90 seconds", "timer.set", {"seconds": 90}, {"seconds": "90 seconds"}),
+    ("start a timer for twenty five minutes", "timer.set", {"seconds": 1500}, {"seconds": "twenty five minutes"}),
+    ("set a 5 minute timer", "timer.set", {"seconds": 300}, {"seconds": "5 minute"}),
+    ("ten minute timer", "timer.set", {"seconds": 600}, {"seconds": "ten minute"}),
+    ("set a timer for half an hour", "timer.set", {"seconds": 1800}, {"seconds": "half an hour"}),
+    ("set a timer for 1 hour 30 minutes", "timer.set", {"seconds": 5400}, {"seconds": "1 hour 30 minutes"}),
+    ("cancel the timer", "timer.cancel", {}, {}),
+    ("stop the timer", "timer.cancel", {}, {}),
+    ("turn off the timer", "timer.cancel", {}, {}),
+    ("what's the time", "clock.time", {}, {}),
+    ("What time is it?", "clock.time", {}, {}),
+    ("what time is it now", "clock.time", {}, {}),
+    ("tell me the time", "clock.time", {}, {}),
+    ("do you know what time it is", "clock.time", {}, {}),
+    ("turn on the lights", "lights.on", {}, {}),
+    ("lights on", "lights.on", {}, {}),
+    ("turn on the kitchen lights", "lights.on", {"area": "kitchen"}, {"area": "kitchen"}),
+    ("switch the living room lights on", "lights.on", {"area": "living_room"}, {"area": "living room"}),
+    ("turn the lights on in the bedroom", "lights.on", {"area": "bedroom"}, {"area": "bedroom"}),
+    ("lights on in the lounge", "lights.on", {"area": "living_room"}, {"area": "lounge"}),
+    ("switch off the kitchen lights", "lights.off", {"area": "kitchen"}, {"area": "kitchen"}),
+    ("turn off the lights", "lights.off", {}, {}),
+    ("lights off", "lights.off", {}, {}),
+    ("turn the lights off in the dining room", "lights.off", {"area": "dining_room"}, {"area": "dining room"}),
+    ("kill the hall lights", "lights.off", {"area": "hallway"}, {"area": "hall"}),
+    ("stop", "assistant.stop", {}, {}),
+    ("Stop!", "assistant.stop", {}, {}),
+    ("stop talking", "assistant.stop", {}, {}),
+    ("never mind", "assistant.stop", {}, {}),
+    ("be quiet", "assistant.stop", {}, {}),
+    ("cancel", "assistant.stop", {}, {}),
+    ("can you please turn it down a bit thanks", "media.volume_down", {}, {}),
+    ("hey voxline, what's the time?", "clock.time", {}, {}),
+    ("stop please", "assistant.stop", {}, {}),
+]
+
+NEGATIVES = [
+    "what's the tallest mountain",
+    "tell me a story about a volume knob",
+    "who paused the war",
+    "turn the volume",
+    "set a timer",
+    "set a timer for",
+    "set a timer for ten",
+    "set a timer for ten apples",
+    "set a timer for 0 seconds",
+    "set a timer for thirty hours",
+    "volume to 150 percent",
+    "volume to thirty apples",
+    "set the volume to 2.5",
+    "what time is it in tokyo",
+    "what's the time zone of paris",
+    "the lights are on",
+    "are the lights on",
+    "turn on",
+    "turn off",
+    "turn the kitchen lights purple",
+    "turn on the moon lights",
+    "lights",
+    "kitchen",
+    "stop the war",
+    "can you stop being rude",
+    "pause for a moment and think",
+    "skip breakfast",
+    "next time i see you",
+    "go back to sleep",
+    "why did the music stop",
+    "how loud is a jet engine",
+    "cancel my subscription",
+    "play with the dog",
+    "play some",
+    "play it cool",
+    "play a game",
+    "put on your shoes",
+    "i want to hear a joke",
+    "turn on the tv",
+    "mute the tv",
+    "turn the lights down",
+    "skip the intro",
+    "set a reminder for ten minutes",
+    "remind me in ten minutes",
+    "what is the time in london",
+    "what is a timer",
+    "how many minutes are in an hour",
+    "the music is too quiet to hear the kitchen",
+    "please",
+    "thank you",
+    "",
+    "   ",
+    "🎵",
+    "turn it down turn it down",
+    "mute mute",
+]
+
+
+@pytest.mark.parametrize(("text", "intent", "slots", "span_text"), POSITIVES, ids=[p[0] for p in POSITIVES])
+def test_positive(grammar, text, intent, slots, span_text):
+    match = recognize(text, grammar)
+    assert match is not None, f"{text!r} did not match"
+    assert match.intent == intent
+    assert match.slots == slots
+    assert {name: match.text[start:end] for name, (start, end) in match.spans.items()} == span_text
+
+
+def test_every_design_intent_has_a_positive_case(grammar):
+    assert {intent for _, intent, _, _ in POSITIVES} == set(grammar.language("en").intents)
+
+
+@pytest.mark.parametrize("text", NEGATIVES)
+def test_negative(grammar, text):
+    assert recognize(text, grammar) is None
+
+
+def test_enough_negatives():
+    assert len(NEGATIVES) >= 25
+
+
+def test_match_fields(grammar):
+    match = recognize("Set a timer for 10 minutes!", grammar)
+    assert match == Match(
+        intent="timer.set",
+        slots={"seconds": 600},
+        text="set a timer for 10 minutes",
+        spans={"seconds": (16, 26)},
+        template="timer.set#0",
+        confirmation="Timer set for 10 minutes.",
+    )
+    assert match.to_dict() == {
+        "intent": "timer.set",
+        "slots": {"seconds": 600},
+        "text": "set a timer for 10 minutes",
+        "spans": {"seconds": [16, 26]},
+        "template": "timer.set#0",
+        "confirmation": "Timer set for 10 minutes.",
+    }
+
+
+def test_slot_values_have_their_types(grammar):
+    assert isinstance(recognize("volume to thirty", grammar).slots["level"], int)
+    assert isinstance(recognize("set a timer for 1.5 minutes", grammar).slots["seconds"], int)
+    assert recognize("set a timer for 1.5 minutes", grammar).slots == {"seconds": 90}
+
+
+@pytest.mark.parametrize(
+    ("text", "confirmation"),
+    [
+        ("turn the volume down", "Volume down."),
+        ("volume to 30%", "Volume 30."),
+        ("set a timer for an hour and a half", "Timer set for 1 hour and 30 minutes."),
+        ("turn on the living room lights", "Lights on in the living room."),
+        ("turn on the lights", "Lights on."),
+        ("play some jazz", "Playing jazz."),
+        ("play", "Playing."),
+        ("what time is it", None),
+    ],
+)
+def test_confirmation(grammar, text, confirmation):
+    assert recognize(text, grammar).confirmation == confirmation
+
+
+def test_same_result_twice(grammar):
+    for text, *_ in POSITIVES:
+        assert recognize(text, grammar) == recognize(text, grammar)
+
+
+def test_same_result_from_a_fresh_load():
+    fresh = Grammar.from_dict(builtin_grammar().to_dict())
+    for text, *_ in POSITIVES:
+        assert recognize(text, fresh) == recognize(text, builtin_grammar())
+
+
+def test_every_builtin_wording_recognises_as_its_own_intent(grammar):
+    """Each expansion of each template, with sample slot values, must come back as its intent: no ambiguity."""
+    samples = {"number": "thirty", "duration": "ten minutes", "wildcard": "jazz"}
+    language = grammar.language("en")
+    for template in language.templates:
+        for elements in template.expansions:
+            words = []
+            for element in elements:
+                if isinstance(element, SlotRef):
+                    slot_list = language.lists[element.list_name]
+                    kind = slot_list.kind
+                    words.append(slot_list.values[0].synonyms[0] if kind == "values" else samples[kind])
+                else:
+                    words.append(element)
+            text = " ".join(words)
+            match = recognize(text, grammar)
+            assert match is not None and match.intent == template.intent, (template.id, text)
+
+
+# --- ranking and precision ----------------------------------------------------------------------------------------
+
+
+def tiny(intents: dict, lists: dict | None = None, skip_words: list | None = None) -> Grammar:
+    document = {"language": "en", "intents": {name: {"sentences": s} for name, s in intents.items()}}
+    document["lists"] = lists or {}
+    document["skip_words"] = skip_words or []
+    return Grammar.from_dict(compile_documents([document]))
+
+
+def test_two_intents_for_one_sentence_is_no_match():
+    grammar = tiny({"a.one": ["do it"], "a.two": ["do (it|that)"]})
+    assert recognize("do it", grammar) is None
+    assert recognize("do that", grammar).intent == "a.two"
+
+
+def test_one_synonym_of_two_values_is_no_match():
+    lists = {"room": {"values": [{"value": "hall", "synonyms": ["hall"]}, {"value": "hallway", "synonyms": ["hall"]}]}}
+    grammar = tiny({"x.go": ["go to the {room}"]}, lists)
+    assert recognize("go to the hall", grammar) is None
+
+
+def test_same_intent_twice_is_still_a_match():
+    grammar = tiny({"a.one": ["do it", "do (it|that)"]})
+    match = recognize("do it", grammar)
+    assert match.intent == "a.one" and match.template == "a.one#0"
+
+
+def test_literal_words_beat_free_text():
+    lists = {"q": {"wildcard": {"max_tokens": 5}}}
+    grammar = tiny({"x.generic": ["play music"], "x.search": ["play {q}"]}, lists)
+    assert recognize("play music", grammar).intent == "x.generic"
+    assert recognize("play techno", grammar).slots == {"q": "techno"}
+
+
+def test_free_text_is_bounded():
+    lists = {"q": {"wildcard": {"max_tokens": 3}}}
+    grammar = tiny({"x.search": ["find {q}"]}, lists)
+    assert recognize("find a b c", grammar).slots == {"q": "a b c"}
+    assert recognize("find a b c d", grammar) is None
+
+
+def test_whole_utterance_must_be_consumed():
+    grammar = tiny({"x.y": ["pause"]})
+    assert recognize("pause", grammar) is not None
+    assert recognize("pause now", grammar) is None
+    assert recognize("please pause", grammar) is None
+
+
+def test_step_guard_gives_up_as_no_match(monkeypatch):
+    # The package re-exports the function under the module's name, so fetch the module itself.
+    recognize_module = importlib.import_module("voxline.intents.recognize")
+    lists = {"q": {"wildcard": {"max_tokens": 8}}}
+    grammar = tiny({"x.y": ["say {q}"]}, lists)
+    assert recognize("say a b c", grammar) is not None
+    monkeypatch.setattr(recognize_module, "MAX_MATCH_STEPS", 3)
+    assert recognize("say a b c", grammar) is None
+    assert recognize("say a b c", grammar, index=False) is None
+
+
+def test_skip_words_only_at_the_edges():
+    grammar = tiny({"x.y": ["turn it down"]}, skip_words=["please"])
+    assert recognize("please turn it down please", grammar).intent == "x.y"
+    assert recognize("turn please it down", grammar) is None
+
+
+def test_skip_words_can_be_a_command_of_their_own():
+    grammar = tiny({"x.thanks": ["thank you"], "x.y": ["go"]}, skip_words=["thank you"])
+    assert recognize("go thank you", grammar).intent == "x.y"
+    assert recognize("thank you", grammar).intent == "x.thanks"
+
+
+# --- semantic endpointing -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "turn the volume",
+        "turn the volume down",  # "... down to 30" may follow
+        "set a timer",
+        "set a timer for",
+        "set a timer for ten",
+        "set a timer for an hour and",
+        "set a timer for ten minutes",  # "... and thirty seconds" may follow
+        "volume to thirty",  # "thirty five", "thirty percent"
+        "turn on the",
+        "turn on the living",
+        "play",
+        "play some jazz",  # free text may go on
+        "what time",
+        "can you",
+        "",
+    ],
+)
+def test_is_prefix(grammar, text):
+    assert is_prefix(text, grammar)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pause the music",
+        "what time is it now",
+        "cancel the timer",
+        "turn off the kitchen lights",
+        "next track",
+        "skip this song",
+        "what's the tallest mountain",
+        "turn the volume sideways",
+        "stop talking",
+        "pause the music please",
+    ],
+)
+def test_is_not_prefix(grammar, text):
+    assert not is_prefix(text, grammar)
+
+
+def test_prefix_and_match_together_decide_early_dispatch(grammar):
+    """The page dispatches on a partial transcript only when it matches and nothing longer may follow."""
+    assert recognize("pause the music", grammar) and not is_prefix("pause the music", grammar)
+    assert recognize("turn the volume down", grammar) and is_prefix("turn the volume down", grammar)
+    assert recognize("turn the volume", grammar) is None and is_prefix("turn the volume", grammar)
