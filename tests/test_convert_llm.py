@@ -212,7 +212,8 @@ def test_tokenizer_matches_gguf_vocabulary(name, ref_fixture, model_dir, request
     vocab: list[str] = request.getfixturevalue(ref_fixture).tokens
     assert tok.get_vocab_size(with_added_tokens=True) == len(vocab)
 
-    for text in ("Hello world", "播放音乐", "café", "Play some jazz at 7:30, please!", "  two  spaces\n\nand lines"):
+    samples = ("Hello world", "播放音乐", "café", "Play some jazz at 7:30, please!", "  two  spaces\n\nand lines")
+    for text in samples:
         enc = tok.encode(text)
         assert tok.decode(enc.ids) == text
         assert [vocab[i] for i in enc.ids] == enc.tokens

@@ -137,8 +137,8 @@ class TensorSource:
         # GGML lists dimensions fastest-first; numpy wants them slowest-first.
         shape = tuple(int(d) for d in reversed(t.shape))
         array = dequantize(t.data, t.tensor_type).reshape(shape)
-        # A copy, so that F32 tensors do not stay views into the memory-mapped file.
-        return np.ascontiguousarray(array, dtype=np.float32).copy()
+        # Always a copy: F32 tensors come back as views into the memory-mapped file, which must not leak into the spec.
+        return np.array(array, dtype=np.float32, order="C")
 
 
 def unpermute_rope_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
@@ -157,6 +157,7 @@ def unpermute_rope_rows(weight: np.ndarray, n_heads: int) -> np.ndarray:
 
 
 def _linear(spec, weight: np.ndarray, bias: np.ndarray | None = None) -> None:
+    """Set a CT2 LinearSpec; without a bias the spec keeps its OPTIONAL marker."""
     spec.weight = weight
     if bias is not None:
         spec.bias = bias
@@ -214,9 +215,8 @@ def build_spec(reader, hp: Hparams, log: Callable[[str], None] = print, *, _skip
         # CT2 runs self-attention as one fused QKV projection; a missing bias becomes zeros.
         qkv_bias = None
         if any(b is not None for b in (q_b, k_b, v_b)):
-            qkv_bias = np.concatenate(
-                [b if b is not None else np.zeros(w.shape[0], np.float32) for w, b in ((q_w, q_b), (k_w, k_b), (v_w, v_b))]
-            )
+            pairs = ((q_w, q_b), (k_w, k_b), (v_w, v_b))
+            qkv_bias = np.concatenate([b if b is not None else np.zeros(w.shape[0], np.float32) for w, b in pairs])
         _linear(attn.linear[0], np.concatenate([q_w, k_w, v_w]), qkv_bias)
         _linear(attn.linear[1], src.get(p + "attn_output.weight"), opt("attn_output.bias"))
 

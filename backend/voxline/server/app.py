@@ -6,8 +6,11 @@ cannot reach anything else in the cache.
 
 from __future__ import annotations
 
+import hashlib
 import mimetypes
+import tempfile
 import time
+from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from starlette.applications import Starlette
@@ -48,6 +51,30 @@ def browser_manifest(manifest: Manifest) -> dict:
         ]
         models.append({"name": spec.name, "role": spec.role, "files": files})
     return {"version": __version__, "models": models}
+
+
+@dataclass(frozen=True)
+class IntentsWheel:
+    """The intent engine and built-in grammar as a wheel for Pyodide, built once at startup (deterministic)."""
+
+    file_name: str
+    data: bytes
+    sha256: str
+    grammar_version: str
+
+    @classmethod
+    def build(cls) -> IntentsWheel:
+        from voxline.intents import builtin_grammar
+        from voxline.intents.wheel import build_wheel
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = build_wheel(tmp)
+            data = path.read_bytes()
+        return cls(path.name, data, hashlib.sha256(data).hexdigest(), builtin_grammar().version)
+
+    def manifest(self) -> dict:
+        return {"url": f"/intents/{self.file_name}", "sha256": self.sha256, "size": len(self.data),
+                "grammar_version": self.grammar_version}
 
 
 def _require_dirs(settings: Settings) -> None:
@@ -101,8 +128,21 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         # Content-addressed by the manifest digest: the browser may keep it as long as the digest is unchanged.
         return FileResponse(paths.model_dir(name) / artifact, headers={"cache-control": "public, max-age=3600"})
 
+    intents_wheel = IntentsWheel.build()
+
+    async def intents_manifest(request: Request) -> JSONResponse:
+        return JSONResponse(intents_wheel.manifest(), headers={"cache-control": "no-cache"})
+
+    async def intents_wheel_file(request: Request) -> Response:
+        if request.path_params["file"] != intents_wheel.file_name:
+            raise HTTPException(404, "no such wheel")
+        return Response(intents_wheel.data, media_type="application/zip",
+                        headers={"cache-control": "public, max-age=3600"})
+
     routes = [
         Route("/healthz", healthz),
+        Route("/intents/manifest.json", intents_manifest),
+        Route("/intents/{file}", intents_wheel_file),
         Route("/metrics", metrics),
         Route("/wasm_models/manifest.json", models_manifest),
         Route("/wasm_models/{name}/{artifact}", model_file),
