@@ -3,25 +3,24 @@
 The yardstick is :mod:`voxline.convert.gguf_reference`, which runs the weights in llama.cpp's own layout and RoPE
 convention, so a converter that mishandles llama.cpp's Q/K row permutation cannot agree with it.
 
-Source GGUFs are located by the size and sha256 that each built model records in its voxline.json, searched for
-under the Voxline cache and any folders listed in $VOXLINE_GGUF_DIRS (os.pathsep-separated).
+Source GGUFs are assembled from the pinned downloads exactly as `voxline models fetch` does (the GGUF digest is
+checked on the way), into a temporary folder.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+import ctranslate2
 import numpy as np
 import pytest
+import tokenizers
 
-ctranslate2 = pytest.importorskip("ctranslate2")
-tokenizers = pytest.importorskip("tokenizers")
-
-from voxline import paths  # noqa: E402
-from voxline.convert import gguf_ct2  # noqa: E402
-from voxline.convert.gguf_reference import ReferenceModel  # noqa: E402
+from voxline.convert import gguf_ct2
+from voxline.convert.gguf_reference import ReferenceModel
+from voxline.models import load_manifest
+from voxline.models.supply import assemble_input
 
 SMOL = "smollm2-135m-instruct-ct2"
 QWEN = "qwen2.5-0.5b-instruct-ct2"
@@ -47,26 +46,18 @@ def _quiet(_msg: str) -> None:
     pass
 
 
-def _search_roots() -> list[Path]:
-    extra = [Path(p) for p in os.environ.get("VOXLINE_GGUF_DIRS", "").split(os.pathsep) if p]
-    return [*extra, paths.cache_dir()]
-
-
 @pytest.fixture(scope="session")
-def source_gguf(model_dir):
-    """Return the GGUF a built model was converted from, verified by size and sha256."""
+def source_gguf(tmp_path_factory):
+    """The GGUF a model is converted from, assembled from the pinned downloads (its sha256 is checked)."""
+    manifest = load_manifest()
+    folder = tmp_path_factory.mktemp("gguf")
 
-    def _find(name: str) -> Path:
-        source = json.loads((model_dir(name) / "voxline.json").read_text(encoding="utf-8"))["source"]
-        for root in _search_roots():
-            if not root.is_dir():
-                continue
-            for candidate in sorted(root.rglob("*.gguf")):
-                if candidate.stat().st_size == source["size"] and gguf_ct2.sha256_file(candidate) == source["sha256"]:
-                    return candidate
-        pytest.fail(f"source GGUF of {name} ({source['file']}, sha256 {source['sha256'][:12]}…) not found")
+    def _assemble(name: str) -> Path:
+        (item,) = manifest.model(name).inputs
+        target = folder / f"{name}.gguf"
+        return target if target.exists() else assemble_input(manifest, item, target, log=_quiet)
 
-    return _find
+    return _assemble
 
 
 @pytest.fixture(scope="session")

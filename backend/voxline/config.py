@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 DEFAULT_HOST = "127.0.0.1"
@@ -11,6 +11,11 @@ DEFAULT_PORT = 8000
 DEFAULT_LLM_MODEL = "qwen2.5-0.5b-instruct-ct2"
 DEFAULT_SERVER_ASR_MODEL = "whisper-base-ct2"
 DEFAULT_TTS_MODEL = "hibari-heart"
+DEFAULT_TTS_ENGINE = "hibari"
+DEFAULT_ASR_CONFIDENCE_GATE = 0.6
+DEFAULT_REPLY_MAX_TOKENS = 96
+DEFAULT_REPLY_MAX_SECONDS = 12.0
+DEFAULT_HISTORY_EXCHANGES = 6
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,6 +29,18 @@ class Settings:
     """Manifest name of the CTranslate2 LLM (`smollm2-135m-instruct-ct2` for fast tests)."""
     server_asr_model: str = DEFAULT_SERVER_ASR_MODEL
     tts_model: str = DEFAULT_TTS_MODEL
+    tts_engine: str = DEFAULT_TTS_ENGINE
+    """`hibari` (the model `tts_model`) or `espeak` (Debian's espeak-ng, robotic but always there)."""
+    asr_confidence_gate: float = DEFAULT_ASR_CONFIDENCE_GATE
+    """Below this browser confidence a turn's audio is re-recognised on the server (Whisper base)."""
+    reply_max_tokens: int = DEFAULT_REPLY_MAX_TOKENS
+    """Longest spoken reply, in LLM tokens (about 0.75 words each)."""
+    reply_max_seconds: float = DEFAULT_REPLY_MAX_SECONDS
+    """Wall-clock cap on one reply's generation."""
+    history_exchanges: int = DEFAULT_HISTORY_EXCHANGES
+    """User/assistant exchanges kept per session as LLM context; older ones are dropped first."""
+    auth_token: str = field(default="", repr=False)
+    """When set, `hello` must carry this token; empty means no authentication (local use)."""
     web_dir: Path = REPO_ROOT / "web"
     node_modules_dir: Path = REPO_ROOT / "node_modules"
 
@@ -50,6 +67,11 @@ def _coerce(name: str, raw: str, kind: object) -> object:
             return int(raw)
         except ValueError:
             raise ValueError(f"VOXLINE_{name.upper()}={raw!r} is not a whole number") from None
+    if kind in (float, "float"):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"VOXLINE_{name.upper()}={raw!r} is not a number") from None
     if kind in (Path, "Path"):
         return Path(raw)
     return raw

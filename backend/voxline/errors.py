@@ -39,3 +39,69 @@ class FetchError(ModelError):
     """A registry client failed to download a pinned package."""
 
     code = "fetch_failed"
+
+
+class ProtocolError(VoxlineError):
+    """A WebSocket client broke the protocol in `docs/protocol.md`; the session answers `error` and lives on."""
+
+    code = "bad_message"
+
+
+class BadMessage(ProtocolError):
+    """A frame could not be parsed: not JSON, an unknown `type`, a missing or mistyped field, a bad binary header."""
+
+    code = "bad_message"
+
+
+class IllegalState(ProtocolError):
+    """A well-formed message arrived in a state that does not accept it (e.g. `turn.start` while speaking)."""
+
+    code = "illegal_state"
+
+
+class LimitExceeded(ProtocolError):
+    """A turn's text or audio is larger than the limits announced in `welcome`."""
+
+    code = "limit_exceeded"
+
+
+class UnsupportedVersion(ProtocolError):
+    """`hello` asked for a protocol version this server does not speak; the connection is closed."""
+
+    code = "unsupported_version"
+
+
+class UnsupportedLanguage(ProtocolError):
+    """`hello` named a language the server's grammar and recogniser do not have; the connection is closed."""
+
+    code = "unsupported_language"
+
+
+class Unauthorized(ProtocolError):
+    """`hello` carried no token, or the wrong one, while the server requires one; the connection is closed."""
+
+    code = "unauthorized"
+
+
+class TurnError(VoxlineError):
+    """A model failed while answering a turn; the client gets an apology and the session goes on."""
+
+    code = "turn_failed"
+
+
+class ASRError(TurnError):
+    """Server re-recognition failed (the audio could not be decoded, or Whisper raised)."""
+
+    code = "asr_failed"
+
+
+class LLMError(TurnError):
+    """The language model failed while generating a reply."""
+
+    code = "llm_failed"
+
+
+class TTSError(TurnError):
+    """Speech synthesis failed for a clause of the reply."""
+
+    code = "tts_failed"

@@ -1,0 +1,189 @@
+// The local intent engine: Voxline's Python grammar engine (`voxline.intents`) running in Pyodide, in a Worker so
+// that seconds of interpreter start-up never touch the page. The engine arrives as the wheel the server builds
+// from the same sources it matches with, checked against the manifest's sha256 before a byte of it is installed.
+//
+// Messages in:   {type: 'recognize', id, text, lang = 'en'}
+//                {type: 'extend', id, documents}   user skill documents (source dicts, or compiled grammars)
+// Messages out:  {type: 'ready', grammar_version, load_ms}                       once, when it can answer
+//                {type: 'result', id, match, prefix, ms}                         match: Match.to_dict() or null
+//                {type: 'extended', id, grammar_version}
+//                {type: 'error', code, message}        without id: loading failed, nothing will be answered
+//                {type: 'error', id, code, message}    with id: that request failed, the engine lives on
+// Requests sent before 'ready' wait for it (or get the load error).
+
+const PYODIDE_URL = new URL('../vendor/pyodide/pyodide.mjs', import.meta.url);
+const MANIFEST_URL = new URL('../intents/manifest.json', import.meta.url);
+
+export const ERROR_CODES = Object.freeze({
+  engineUnavailable: 'intents_engine_unavailable',
+  manifestFailed: 'intents_manifest_failed',
+  wheelCorrupt: 'intents_wheel_corrupt',
+  engineFailed: 'intents_engine_failed',
+  grammarInvalid: 'grammar_invalid',
+  badRequest: 'bad_request',
+});
+
+class EngineError extends Error {
+  /** @param {string} code one of ERROR_CODES @param {string} message */
+  constructor(code, message) {
+    super(message);
+    this.code = code;
+  }
+}
+
+// Answers JSON strings, so that no Python object (and no proxy to free) crosses into JavaScript.
+const GLUE = `
+import json
+from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, is_prefix, recognize
+
+_grammar = builtin_grammar()
+_user_documents = []
+
+def _sources(document):
+    if not isinstance(document, dict):
+        raise GrammarError(f"a skill document is a mapping with 'language' and 'intents', got {type(document).__name__}")
+    # A compiled grammar splits back into one source document per language (compiling it again is the identity).
+    if "format" in document:
+        Grammar.from_dict(document)
+        return [{"language": lang, **data} for lang, data in sorted(document["languages"].items())]
+    return [document]
+
+def vx_version():
+    return _grammar.version
+
+def vx_recognize(text, lang):
+    try:
+        match = recognize(text, _grammar, lang)
+        prefix = is_prefix(text, _grammar, lang)
+    except GrammarError as error:
+        return json.dumps({"error": {"code": error.code, "message": error.message}})
+    return json.dumps({"match": None if match is None else match.to_dict(), "prefix": prefix})
+
+def vx_extend(documents_json):
+    global _grammar
+    try:
+        added = [source for document in json.loads(documents_json) for source in _sources(document)]
+        base = [source for document in [builtin_grammar().to_dict()] for source in _sources(document)]
+        grammar = Grammar(compile_documents(base + _user_documents + added))
+    except GrammarError as error:
+        return json.dumps({"error": {"code": error.code, "message": error.message}})
+    _user_documents.extend(added)
+    _grammar = grammar
+    return json.dumps({"grammar_version": grammar.version})
+`;
+
+const started = performance.now();
+const engine = load();
+// An unhandled rejection would be the silent hang this worker must never be: report it once, up front.
+engine.catch((error) => post({ type: 'error', code: error.code ?? ERROR_CODES.engineFailed, message: error.message }));
+
+self.onmessage = async (event) => {
+  const msg = event.data ?? {};
+  let py;
+  try {
+    py = await engine;
+  } catch (error) {
+    if (msg.id !== undefined) post({ type: 'error', id: msg.id, code: error.code ?? ERROR_CODES.engineFailed, message: error.message });
+    return;
+  }
+  try {
+    if (msg.type === 'recognize') recognizeOne(py, msg);
+    else if (msg.type === 'extend') extend(py, msg);
+    else throw new EngineError(ERROR_CODES.badRequest, `unknown message type ${JSON.stringify(msg.type)}`);
+  } catch (error) {
+    post({ type: 'error', id: msg.id, code: error.code ?? ERROR_CODES.engineFailed, message: `The intent engine failed: ${lastLine(error.message)}` });
+  }
+};
+
+function post(message) {
+  self.postMessage(message);
+}
+
+async function load() {
+  const [pyodide, wheel] = await Promise.all([startPyodide(), fetchWheel()]);
+  try {
+    const sitePackages = pyodide.runPython('import os, sysconfig; os.path.normpath(sysconfig.get_paths()["purelib"])');
+    pyodide.unpackArchive(wheel.bytes, 'wheel', { extractDir: sitePackages });
+    pyodide.runPython('import importlib; importlib.invalidate_caches()');
+    pyodide.runPython(GLUE);
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.engineFailed, `The intent engine would not start in Pyodide: ${lastLine(error.message)}`);
+  }
+  const py = {
+    recognize: pyodide.globals.get('vx_recognize'),
+    extend: pyodide.globals.get('vx_extend'),
+    version: pyodide.globals.get('vx_version'),
+  };
+  const version = py.version();
+  if (version !== wheel.grammarVersion) {
+    throw new EngineError(ERROR_CODES.wheelCorrupt, `The intent wheel's grammar is version ${version}, but the server's manifest says ${wheel.grammarVersion}. Reload the page; if it persists, restart the server.`);
+  }
+  post({ type: 'ready', grammar_version: version, load_ms: performance.now() - started });
+  return py;
+}
+
+async function startPyodide() {
+  let module;
+  try {
+    module = await import(PYODIDE_URL.href);
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide could not be loaded from ${PYODIDE_URL.href} (${error.message}); local intents are off, cached and server intents still work. Check that the server's node_modules has pyodide (run \`bash scripts/setup.sh\`).`);
+  }
+  try {
+    // stdout would only be noise in the page's console; errors come back as exceptions anyway.
+    return await module.loadPyodide({ stdout: () => {} });
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide failed to start (${error.message}); local intents are off.`);
+  }
+}
+
+/** @returns {Promise<{bytes: Uint8Array, grammarVersion: string}>} */
+async function fetchWheel() {
+  let manifest;
+  try {
+    const response = await fetch(MANIFEST_URL, { cache: 'no-cache' });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    manifest = await response.json();
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.manifestFailed, `The intent engine manifest at ${MANIFEST_URL.href} could not be read (${error.message}); local intents are off until the server answers and the page reloads.`);
+  }
+  const url = new URL(manifest.url, MANIFEST_URL);
+  let bytes;
+  try {
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    bytes = new Uint8Array(await response.arrayBuffer());
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.manifestFailed, `The intent engine wheel at ${url.href} could not be downloaded (${error.message}).`);
+  }
+  const actual = await sha256Hex(bytes);
+  if (actual !== manifest.sha256 || bytes.length !== manifest.size) {
+    throw new EngineError(ERROR_CODES.wheelCorrupt, `The intent engine wheel arrived altered (sha256 ${actual.slice(0, 12)}…, ${bytes.length} bytes; the manifest says ${String(manifest.sha256).slice(0, 12)}…, ${manifest.size} bytes); it was not installed. Reload to try again.`);
+  }
+  return { bytes, grammarVersion: manifest.grammar_version };
+}
+
+async function sha256Hex(bytes) {
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+function recognizeOne(py, msg) {
+  if (typeof msg.text !== 'string') throw new EngineError(ERROR_CODES.badRequest, 'recognize needs text (a string)');
+  const begun = performance.now();
+  const answer = JSON.parse(py.recognize(msg.text, msg.lang ?? 'en'));
+  if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
+  post({ type: 'result', id: msg.id, match: answer.match, prefix: answer.prefix, ms: performance.now() - begun });
+}
+
+function extend(py, msg) {
+  if (!Array.isArray(msg.documents)) throw new EngineError(ERROR_CODES.badRequest, 'extend needs documents (an array)');
+  const answer = JSON.parse(py.extend(JSON.stringify(msg.documents)));
+  if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
+  post({ type: 'extended', id: msg.id, grammar_version: answer.grammar_version });
+}
+
+/** A Python traceback's last line says what went wrong; the rest is noise in a page's error message. */
+function lastLine(text) {
+  return String(text).trim().split('\n').at(-1);
+}
