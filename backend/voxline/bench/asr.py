@@ -106,8 +106,7 @@ def run(rounds: int = 2, voice: str = "hibari", llm: str = "smollm2-135m-instruc
             for name, query in CONFIGS.items():
                 page = VoxlinePage(pw.chromium, server.url, wav, query)
                 try:
-                    page.wait_for(f"ev.length && ev[ev.length - 1].audio_t > {duration_s - 0.5}", duration_s + 90)
-                    page.page.wait_for_timeout(1500)
+                    page.wait_until_heard(duration_s)
                     _collect(page.events(), placed, results[name])
                 finally:
                     page.close()

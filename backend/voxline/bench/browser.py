@@ -89,9 +89,15 @@ class VoxlinePage:
         return [e for e in events if name is None or e["name"] == name]
 
     def wait_for(self, predicate: str, timeout_s: float) -> None:
-        """Wait for a JS predicate over `ev`, the events so far (an array of {name, ...detail})."""
-        self.page.wait_for_function(f"(() => {{ const ev = window.__vx; return {predicate}; }})()",
-                                    timeout=timeout_s * 1000, polling=100)
+        """Wait for a JS predicate over `ev`, the events so far (an array of {name, ...detail}), and `heard`,
+        the seconds of microphone audio captured so far."""
+        self.page.wait_for_function(
+            f"(() => {{ const ev = window.__vx; const heard = window.voxline?.capture.audioTime ?? 0; "
+            f"return {predicate}; }})()", timeout=timeout_s * 1000, polling=100)
+
+    def wait_until_heard(self, seconds: float, settle_s: float = 2.0) -> None:
+        """Wait until the microphone has delivered `seconds` of audio, then `settle_s` more for the last turn."""
+        self.wait_for(f"heard > {seconds + settle_s}", timeout_s=seconds + settle_s + 90)
 
     def close(self) -> None:
         self.context.close()
