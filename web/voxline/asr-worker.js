@@ -1,7 +1,6 @@
 // The speech recognition worker: Whisper tiny.en (int8, onnxruntime-web wasm, threads when isolated).
 // It reads turn audio from the capture ring by absolute sample index and answers decode requests one at a time.
-// A newer request cancels a partial decode that is still running (between decoder steps): the final transcript
-// must never wait behind a partial that nobody needs any more.
+// The final transcript must never wait behind a partial that nobody needs any more (see `enqueue`).
 import { loadOrt, createSession } from './ort.js';
 import { SampleRing } from './ring.js';
 import { Whisper } from './whisper.js';
@@ -35,11 +34,20 @@ async function init(msg) {
   self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, warmupMs: warm.totalMs });
 }
 
+/**
+ * Scheduling: finals are never dropped and run in order; a final cancels a running partial (between decoder
+ * steps) and discards a waiting one. At most one partial waits, the newest; it never cancels a running decode, so
+ * under load partials still complete, just less often, and none is started while a final is due.
+ */
 function enqueue(request) {
-  // Only the newest request matters, except that a partial never cancels a final already running.
-  queue.length = 0;
+  if (request.final) {
+    for (let i = queue.length - 1; i >= 0; i--) if (!queue[i].final) queue.splice(i, 1);
+    if (current && !current.final) current.cancelled = true;
+  } else {
+    if (queue.some((r) => r.final) || current?.final) return;
+    queue.length = 0;
+  }
   queue.push(request);
-  if (current && !(current.final && !request.final)) current.cancelled = true;
   if (!current) drain();
 }
 

@@ -47,6 +47,8 @@ export class Voxline {
     this.capture = new Capture(this.settings);
     this.events = new Emitter(this.target, () => this.capture.audioTime);
     this.turn = null;
+    /** @type {Map<number, object>} decode request id → the turn it belongs to */
+    this.decodes = new Map();
     this.requestId = 0;
     this.listening = false;
   }
@@ -120,8 +122,10 @@ export class Voxline {
     this.events.emit(EVENTS.error, { code, message });
   }
 
-  #decode(start, end, final) {
+  /** Ask the ASR worker for a decode of [start, end); the answer comes back to `turn` by request id. */
+  #decode(turn, start, end, final) {
     const id = ++this.requestId;
+    this.decodes.set(id, turn);
     this.asrWorker.postMessage({ type: 'decode', id, start, end, final,
       sentAtEpochMs: performance.timeOrigin + performance.now() });
     return id;
@@ -136,61 +140,76 @@ export class Voxline {
     if (msg.type !== 'endpoint') return;
     const ev = msg.event;
     const rate = this.settings.sampleRate;
+    const turn = this.turn;
     if (ev.type === 'speech-start') {
-      this.turn = { start: ev.start, voicedAt: ev.voicedAt, pauseFinal: null, ended: false };
+      this.turn = { start: ev.start, voicedAt: ev.voicedAt, final: null, result: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
-    } else if (ev.type === 'pause' && this.turn) {
+    } else if (!turn) {
+      return;
+    } else if (ev.type === 'pause') {
+      // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
       const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-      this.turn.pauseFinal = { pauseId: ev.pauseId, end: ev.end, id: this.#decode(ev.start, end, true), result: null };
-    } else if (ev.type === 'resume' && this.turn) {
-      if (this.turn.pauseFinal) this.asrWorker.postMessage({ type: 'cancel', id: this.turn.pauseFinal.id });
-      this.turn.pauseFinal = null;
-    } else if (ev.type === 'speech-end' && this.turn) {
-      clearInterval(this.turn.partialTimer);
-      this.turn.ended = true;
-      this.turn.end = ev.end;
+      turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
+    } else if (ev.type === 'resume') {
+      if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
+      turn.final = null;
+      turn.result = null;
+    } else if (ev.type === 'speech-end') {
+      clearInterval(turn.partialTimer);
+      this.turn = null;
+      turn.ended = true;
+      turn.end = ev.end;
       this.events.emit(EVENTS.speechEnd, {
-        start_t: this.turn.voicedAt / rate, end_t: ev.end / rate, reason: ev.reason,
+        start_t: turn.voicedAt / rate, end_t: ev.end / rate, reason: ev.reason,
         lag_s: (msg.written - ev.end) / rate - ev.silence_s,
       });
-      const speculative = this.turn.pauseFinal;
-      if (!speculative || speculative.end !== ev.end) {
-        this.turn.pauseFinal = { end: ev.end, id: this.#decode(ev.start, Math.min(this.capture.ring.written, ev.end + FRAME), true), result: null };
-      } else if (speculative.result) {
-        this.#finish(speculative.result);
+      if (turn.final?.end !== ev.end) {
+        const end = Math.min(this.capture.ring.written, ev.end + FRAME);
+        turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
+        turn.result = null;
+      } else if (turn.result) {
+        this.#finish(turn);
       }
     }
   }
 
   #partial() {
     const turn = this.turn;
-    if (!turn || turn.ended || turn.pauseFinal) return;
+    if (!turn || turn.final) return; // paused: the speculative final is already running
     const end = this.capture.ring.written;
-    if (end - turn.start >= this.settings.sampleRate * 0.5) this.#decode(turn.start, end, false);
+    if (end - turn.start >= this.settings.sampleRate * 0.5) this.#decode(turn, turn.start, end, false);
   }
 
   #fromAsr(msg) {
-    if (msg.type === 'error') return this.#fail(msg.code, msg.message);
-    if (msg.type !== 'transcript' || !this.turn) return;
+    if (msg.type === 'error') {
+      this.decodes.delete(msg.id);
+      return this.#fail(msg.code, msg.message);
+    }
+    if (msg.type !== 'transcript') return;
+    const turn = this.decodes.get(msg.id);
+    this.decodes.delete(msg.id);
+    if (!turn) return;
     if (!msg.final) {
-      if (!this.turn.ended && msg.text) this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
+      if (turn === this.turn && !turn.final && msg.text) {
+        this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
+      }
       return;
     }
-    const pending = this.turn.pauseFinal;
-    if (!pending || pending.id !== msg.id) return; // a speculative decode the speaker talked over
-    pending.result = msg;
-    if (this.turn.ended) this.#finish(msg);
+    if (turn.final?.id !== msg.id) return; // a speculative decode the speaker talked over
+    turn.result = msg;
+    if (turn.ended) this.#finish(turn);
   }
 
-  #finish(result) {
-    const turn = this.turn;
-    this.turn = null;
+  #finish(turn) {
+    const result = turn.result;
     if (!result.text) return; // nothing intelligible: no transcript, nothing to act on
+    const rate = this.settings.sampleRate;
     this.events.emit(EVENTS.transcript, {
       text: result.text, final: true, confidence: result.confidence,
-      start_t: turn.voicedAt / this.settings.sampleRate, end_t: turn.end / this.settings.sampleRate,
-      timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, window_s: result.windowSecs, guard: result.guard },
+      start_t: turn.voicedAt / rate, end_t: turn.end / rate,
+      timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, queued_ms: result.queuedMs,
+        window_s: result.windowSecs, guard: result.guard },
     });
   }
 }

@@ -1,0 +1,208 @@
+// Local intents for the page: the zero-RTT cache first, then the Python grammar engine in a Worker.
+//
+//   transcript ─► peek() ── hit ──► {source: 'cache'}        synchronous, no network, no engine
+//                   └─ miss ─► recognize() (Pyodide worker) ─► {source: 'local'}, remembered for next time
+//                                └─ null while the engine loads, or no match ─► ask the server
+//
+// `create()` returns as soon as the cache is open; the engine loads in the background and nothing here ever
+// waits for it: before it is ready `recognize()` answers null at once.
+import { IntentCache } from './intent-cache.js';
+
+/**
+ * @typedef {import('./intent-cache.js').CacheEntry} CacheEntry
+ * @typedef {import('./intent-cache.js').IntentMatch} IntentMatch
+ * @typedef {{intent: string, slots: Record<string, string|number|boolean>, text: string,
+ *   spans: Record<string, [number, number]>, template: string, confirmation: string|null}} EngineMatch
+ * @typedef {{match: EngineMatch|null, prefix: boolean, ms: number}} Recognition
+ *   prefix: the text could still grow into a longer command (semantic endpointing waits)
+ * @typedef {{code: string, message: string}} EngineFailure
+ */
+
+/** How long one engine request may take before it is answered with an error instead (the engine is wedged). */
+export const ENGINE_REQUEST_TIMEOUT_MS = 5000;
+
+/**
+ * Semantic endpointing: a recognition that may be dispatched before the end of the turn, because it is a
+ * command and nothing longer could follow ("pause the music", not "turn the volume").
+ * @param {Recognition|null} result
+ */
+export function isCompleteCommand(result) {
+  return Boolean(result?.match) && !result.prefix;
+}
+
+/** A module worker from this folder; a page on another origin (the widget) needs a same-origin trampoline. */
+function spawnWorker(file) {
+  const url = new URL(file, import.meta.url);
+  if (url.origin === location.origin) return new Worker(url, { type: 'module' });
+  const blob = new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' });
+  return new Worker(URL.createObjectURL(blob), { type: 'module' });
+}
+
+export class IntentResolver {
+  /** @type {IntentCache} */ cache;
+  /** @type {Worker|null} */ #worker = null;
+  #nextId = 0;
+  /** @type {Map<number, {resolve: Function, reject: Function, timer: any}>} */
+  #pending = new Map();
+  #lang;
+  /** Set once the engine answered 'ready'. */
+  #ready = false;
+  /** @type {EngineFailure|null} */ #failure = null;
+
+  /**
+   * Open the cache and start the engine in the background.
+   * @param {{base?: string|URL, lang?: string, cacheName?: string, maxEntries?: number, worker?: boolean,
+   *   onReady?: (info: {grammar_version: string, load_ms: number}) => void,
+   *   onError?: (failure: EngineFailure) => void}} [options]
+   *   base: the Voxline server (default: where this module is served from); only its intents enter the cache.
+   *   worker: false keeps the engine off (cache only).
+   */
+  static async create({ base = new URL('..', import.meta.url), lang = 'en', cacheName, maxEntries,
+    worker = true, onReady = () => {}, onError = () => {} } = {}) {
+    const cache = await IntentCache.open({ name: cacheName, maxEntries, acceptServerFrom: new URL(base, location.href) });
+    const resolver = new IntentResolver(cache, lang);
+    if (worker) resolver.#start(onReady, onError);
+    return resolver;
+  }
+
+  /** @private use `IntentResolver.create()` */
+  constructor(cache, lang) {
+    this.cache = cache;
+    this.#lang = lang;
+  }
+
+  /** Whether the engine has loaded (recognize() answers). */
+  get ready() {
+    return this.#ready;
+  }
+
+  /** Why the engine is off, or null. */
+  get failure() {
+    return this.#failure;
+  }
+
+  /**
+   * The cached entry for `text`, or null: synchronous, zero network, never waits for the engine.
+   * @param {string} text
+   * @returns {CacheEntry|null}
+   */
+  peek(text) {
+    return this.cache.peek(text);
+  }
+
+  /**
+   * Ask the engine. Null at once while it is loading or when it failed to load.
+   * @param {string} text
+   * @param {string} [lang]
+   * @returns {Promise<Recognition|null>}
+   */
+  async recognize(text, lang = this.#lang) {
+    if (!this.#ready) return null;
+    const reply = await this.#request({ type: 'recognize', text, lang });
+    return { match: reply.match, prefix: reply.prefix, ms: reply.ms };
+  }
+
+  /**
+   * Cache first, then the engine; a local match is remembered. Null when neither knows `text` (ask the server).
+   * @param {string} text
+   * @returns {Promise<{source: 'cache', entry: CacheEntry}|{source: 'local', match: EngineMatch, prefix: boolean}|null>}
+   */
+  async resolve(text) {
+    const entry = this.peek(text);
+    if (entry) return { source: 'cache', entry };
+    const result = await this.recognize(text);
+    if (!result?.match) return null;
+    await this.remember(text, result.match, 'local');
+    return { source: 'local', match: result.match, prefix: result.prefix };
+  }
+
+  /**
+   * Store what `text` resolved to.
+   * @param {string} text
+   * @param {IntentMatch} match
+   * @param {'local'|string|URL} origin 'local', or the URL of the server the intent came from
+   * @returns {Promise<boolean>} whether it was stored (see IntentCache.put)
+   */
+  remember(text, match, origin) {
+    return this.cache.put(text, match, origin);
+  }
+
+  clearCache() {
+    return this.cache.clear();
+  }
+
+  /**
+   * Add user skill documents (source dicts as a YAML file parses, or compiled grammars) to the engine's grammar.
+   * The grammar version changes, and with it the cache empties.
+   * @param {object[]} documents
+   * @returns {Promise<string>} the new grammar version
+   */
+  async extend(documents) {
+    if (!this.#ready) throw new Error('the intent engine has not loaded yet');
+    const reply = await this.#request({ type: 'extend', documents });
+    await this.cache.setGrammarVersion(reply.grammar_version);
+    return reply.grammar_version;
+  }
+
+  /** Stop the engine and close the cache. */
+  close() {
+    this.#worker?.terminate();
+    this.#fail({ code: 'intents_closed', message: 'the intent resolver was closed' });
+    this.cache.close();
+  }
+
+  #start(onReady, onError) {
+    try {
+      this.#worker = spawnWorker('./intents-worker.js');
+    } catch (error) {
+      this.#fail({ code: 'intents_engine_unavailable', message: `The intent engine worker could not start: ${error.message}` });
+      onError(this.#failure);
+      return;
+    }
+    this.#worker.onmessage = (event) => {
+      const msg = event.data;
+      if (msg.type === 'ready') {
+        // Entries are only as good as the grammar that made them: a new version empties the cache first.
+        this.cache.setGrammarVersion(msg.grammar_version).catch(() => {}).then(() => {
+          this.#ready = true;
+          onReady({ grammar_version: msg.grammar_version, load_ms: msg.load_ms });
+        });
+      } else if (msg.type === 'error' && msg.id === undefined) {
+        this.#fail({ code: msg.code, message: msg.message });
+        onError(this.#failure);
+      } else {
+        this.#settle(msg);
+      }
+    };
+    this.#worker.onerror = (event) => {
+      event.preventDefault?.();
+      this.#fail({ code: 'intents_engine_unavailable', message: `The intent engine worker failed: ${event.message ?? 'script error'}` });
+      onError(this.#failure);
+    };
+  }
+
+  #request(message) {
+    const id = ++this.#nextId;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => this.#settle({ type: 'error', id, code: 'intents_engine_timeout',
+        message: `the intent engine did not answer within ${ENGINE_REQUEST_TIMEOUT_MS} ms` }), ENGINE_REQUEST_TIMEOUT_MS);
+      this.#pending.set(id, { resolve, reject, timer });
+      this.#worker.postMessage({ ...message, id });
+    });
+  }
+
+  #settle(msg) {
+    const waiter = this.#pending.get(msg.id);
+    if (!waiter) return;
+    this.#pending.delete(msg.id);
+    clearTimeout(waiter.timer);
+    if (msg.type === 'error') waiter.reject(Object.assign(new Error(msg.message), { code: msg.code }));
+    else waiter.resolve(msg);
+  }
+
+  #fail(failure) {
+    this.#ready = false;
+    this.#failure = failure;
+    for (const id of [...this.#pending.keys()]) this.#settle({ type: 'error', id, ...failure });
+  }
+}
