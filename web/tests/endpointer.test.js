@@ -50,7 +50,7 @@ test('an unsure smart-turn answer leaves the hangover in charge', () => {
 });
 
 test('a click or a short cough does not start a turn', () => {
-  const { events, ep } = run([...silence(0.3), 0.95, ...silence(0.5), ...speech(0.15), ...silence(0.5)]);
+  const { events, ep } = run([...silence(0.3), 0.95, ...silence(0.5), ...speech(0.1), ...silence(0.5)]);
   assert.deepEqual(events, []);
   assert.equal(ep.state, State.SILENCE);
 });

@@ -6,8 +6,10 @@
 //
 // What it promises, and which way its errors may go:
 // - `peek()` is synchronous and reads only the in-memory mirror loaded at `open()`; a hit costs no I/O at all.
-//   The mirror can only lag IndexedDB towards *fewer* entries (one written by another tab after this one's last
-//   broadcast), which costs a miss, never a wrong intent.
+//   Other tabs' writes reach the mirror by BroadcastChannel, so it may lag them by one message: it may miss an
+//   entry another tab just added (a miss costs a round trip), or still serve one another tab just evicted or
+//   cleared (an entry that was valid under this page's grammar version, so never an intent the grammar would
+//   not give).
 // - Every record is checked against one schema and the current grammar version when it is read from IndexedDB
 //   (at `open()` and in `get()`); a record that fails is deleted and counts as a miss. Nothing unchecked reaches
 //   the mirror.
@@ -243,6 +245,11 @@ export class IntentCache {
       await this.#reject([key], problem);
       return null;
     }
+    const unwritten = this.#pendingUses.get(key);
+    if (unwritten) {
+      record.hits += unwritten.hits;
+      record.last_used = Math.max(record.last_used, unwritten.last_used);
+    }
     this.#mirror.set(key, record);
     this.#use(record);
     return copy(record);
@@ -285,8 +292,10 @@ export class IntentCache {
     store.put(record);
     const evicted = await this.#evictBeyondCap(store);
     await done;
-    this.#mirror.set(key, record);
     for (const gone of evicted) this.#mirror.delete(gone);
+    // The grammar may have moved on while this write waited its turn; the stale record is then refused on read.
+    if (record.grammar_version !== this.#grammarVersion) return false;
+    this.#mirror.set(key, record);
     this.#broadcast({ type: 'put', record });
     if (evicted.length) this.#broadcast({ type: 'delete', keys: evicted });
     return true;

@@ -18,8 +18,10 @@ import { IntentCache } from './intent-cache.js';
  * @typedef {{code: string, message: string}} EngineFailure
  */
 
-/** How long one engine request may take before it is answered with an error instead (the engine is wedged). */
-export const ENGINE_REQUEST_TIMEOUT_MS = 5000;
+/** How long a recognition may take before it is answered with an error instead (the engine is wedged). */
+export const RECOGNIZE_TIMEOUT_MS = 5000;
+/** Extending recompiles the whole grammar, which takes about as long as the engine's first start. */
+export const EXTEND_TIMEOUT_MS = 30000;
 
 /**
  * Semantic endpointing: a recognition that may be dispatched before the end of the turn, because it is a
@@ -51,17 +53,17 @@ export class IntentResolver {
 
   /**
    * Open the cache and start the engine in the background.
-   * @param {{base?: string|URL, lang?: string, cacheName?: string, maxEntries?: number, worker?: boolean,
-   *   onReady?: (info: {grammar_version: string, load_ms: number}) => void,
+   * @param {{base?: string|URL, lang?: string, cacheName?: string, maxEntries?: number, engine?: boolean,
+   *   onReady?: (info: {grammar_version: string, load_ms: number, timings: Record<string, number>}) => void,
    *   onError?: (failure: EngineFailure) => void}} [options]
    *   base: the Voxline server (default: where this module is served from); only its intents enter the cache.
-   *   worker: false keeps the engine off (cache only).
+   *   engine: false never starts the engine (cache only).
    */
   static async create({ base = new URL('..', import.meta.url), lang = 'en', cacheName, maxEntries,
-    worker = true, onReady = () => {}, onError = () => {} } = {}) {
+    engine = true, onReady = () => {}, onError = () => {} } = {}) {
     const cache = await IntentCache.open({ name: cacheName, maxEntries, acceptServerFrom: new URL(base, location.href) });
     const resolver = new IntentResolver(cache, lang);
-    if (worker) resolver.#start(onReady, onError);
+    if (engine) resolver.#start(onReady, onError);
     return resolver;
   }
 
@@ -95,10 +97,11 @@ export class IntentResolver {
    * @param {string} text
    * @param {string} [lang]
    * @returns {Promise<Recognition|null>}
+   * @throws {Error & {code: string}} when the engine fails this request (no grammar for `lang`, a timeout)
    */
   async recognize(text, lang = this.#lang) {
     if (!this.#ready) return null;
-    const reply = await this.#request({ type: 'recognize', text, lang });
+    const reply = await this.#request({ type: 'recognize', text, lang }, RECOGNIZE_TIMEOUT_MS);
     return { match: reply.match, prefix: reply.prefix, ms: reply.ms };
   }
 
@@ -139,7 +142,7 @@ export class IntentResolver {
    */
   async extend(documents) {
     if (!this.#ready) throw new Error('the intent engine has not loaded yet');
-    const reply = await this.#request({ type: 'extend', documents });
+    const reply = await this.#request({ type: 'extend', documents }, EXTEND_TIMEOUT_MS);
     await this.cache.setGrammarVersion(reply.grammar_version);
     return reply.grammar_version;
   }
@@ -165,7 +168,7 @@ export class IntentResolver {
         // Entries are only as good as the grammar that made them: a new version empties the cache first.
         this.cache.setGrammarVersion(msg.grammar_version).catch(() => {}).then(() => {
           this.#ready = true;
-          onReady({ grammar_version: msg.grammar_version, load_ms: msg.load_ms });
+          onReady({ grammar_version: msg.grammar_version, load_ms: msg.load_ms, timings: msg.timings });
         });
       } else if (msg.type === 'error' && msg.id === undefined) {
         this.#fail({ code: msg.code, message: msg.message });
@@ -181,11 +184,11 @@ export class IntentResolver {
     };
   }
 
-  #request(message) {
+  #request(message, timeoutMs) {
     const id = ++this.#nextId;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => this.#settle({ type: 'error', id, code: 'intents_engine_timeout',
-        message: `the intent engine did not answer within ${ENGINE_REQUEST_TIMEOUT_MS} ms` }), ENGINE_REQUEST_TIMEOUT_MS);
+        message: `the intent engine did not answer within ${timeoutMs} ms` }), timeoutMs);
       this.#pending.set(id, { resolve, reject, timer });
       this.#worker.postMessage({ ...message, id });
     });

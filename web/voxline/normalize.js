@@ -38,6 +38,11 @@ function isAsciiDigit(char) {
   return char !== undefined && char >= '0' && char <= '9';
 }
 
+/** @param {string} char one ASCII character, already case-folded */
+function isAsciiWordChar(char) {
+  return (char >= 'a' && char <= 'z') || isAsciiDigit(char);
+}
+
 const DOTLESS_I = '\u0131';
 
 /** Cherokee folds to its capitals, the opposite of every other script (Unicode CaseFolding.txt). */
@@ -84,6 +89,10 @@ export function normalize(text) {
       pieces.push(' ');
     } else if (char === PERCENT) {
       pieces.push(` ${char} `);
+    } else if (char < '\u0080') {
+      // ASCII's categories are fixed: letters and digits are kept, all the rest is P, S, Z or C. Same result as
+      // the general test below, without a regular expression per character (the cache's hit path runs this).
+      pieces.push(isAsciiWordChar(char) ? char : ' ');
     } else if (DROPPED.test(char)) {
       pieces.push(' ');
     } else if (isCjk(char)) {

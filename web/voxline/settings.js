@@ -10,8 +10,8 @@ export const DEFAULTS = Object.freeze({
   // Silero VAD (512-sample frames, 32 ms).
   vadStartProb: 0.5,
   vadStopProb: 0.35,
-  /** Voiced audio needed before a turn starts: a click or a cough alone is shorter. */
-  minSpeechSecs: 0.25,
+  /** Voiced audio needed before a turn starts: a click is shorter; one-word commands ("stop", "mute") are longer. */
+  minSpeechSecs: 0.15,
   /** Audio kept before the detected start, so the first phoneme is not clipped. */
   preRollSecs: 0.3,
 
