@@ -1,0 +1,71 @@
+// Plays streamed reply audio (PCM at the server's TTS rate) through an AudioWorklet with a small jitter buffer.
+// `onFirstSample` fires when the first sample of a reply is handed to the audio device: the moment
+// `voxline:reply-audio {first: true}` reports.
+
+export const PREBUFFER_SECS = 0.06;
+
+export class ReplyPlayer {
+  /** @param {{sampleRate: number, onFirstSample: (replyId: string) => void, onFinished: (info: {replyId: string, reason: string, playedMs: number}) => void}} options */
+  constructor({ sampleRate, onFirstSample, onFinished }) {
+    this.rate = sampleRate;
+    this.onFirstSample = onFirstSample;
+    this.onFinished = onFinished;
+    this.context = null;
+    this.node = null;
+    this.current = null;
+    /** Messages go out in order, after the worklet exists: pushes made while it starts are not lost. */
+    this.chain = Promise.resolve();
+  }
+
+  #send(message, transfer = []) {
+    this.chain = this.chain.then(() => this.node.port.postMessage(message, transfer));
+  }
+
+  async #ensureStarted() {
+    if (this.node) return;
+    this.context = new AudioContext({ sampleRate: this.rate, latencyHint: 'interactive' });
+    await this.context.audioWorklet.addModule(new URL('./player-worklet.js', import.meta.url));
+    this.node = new AudioWorkletNode(this.context, 'voxline-player', {
+      numberOfInputs: 0, numberOfOutputs: 1, outputChannelCount: [1],
+      processorOptions: { prebufferSamples: Math.round(PREBUFFER_SECS * this.rate) },
+    });
+    this.node.connect(this.context.destination);
+    this.node.port.onmessage = ({ data }) => {
+      if (data.type === 'first') this.onFirstSample(data.replyId);
+      else if (data.type === 'finished') {
+        if (this.current === data.replyId) this.current = null;
+        this.onFinished({ replyId: data.replyId, reason: data.reason, playedMs: (1000 * data.playedSamples) / this.rate });
+      }
+    };
+  }
+
+  /** Prepare the audio output ahead of the first reply (an AudioContext takes a while to start). */
+  async warmUp() {
+    await this.#ensureStarted();
+    if (this.context.state !== 'running') await this.context.resume();
+  }
+
+  get playing() {
+    return this.current !== null;
+  }
+
+  begin(replyId) {
+    this.current = replyId;
+    this.chain = this.chain.then(() => this.warmUp());
+    this.#send({ type: 'start', replyId });
+  }
+
+  /** @param {Float32Array} samples */
+  push(replyId, samples) {
+    this.#send({ type: 'chunk', replyId, samples }, [samples.buffer]);
+  }
+
+  end(replyId) {
+    this.#send({ type: 'end', replyId });
+  }
+
+  /** Barge-in: silence now; `onFinished` reports how much was heard. */
+  stop() {
+    if (this.node) this.node.port.postMessage({ type: 'stop' });
+  }
+}
