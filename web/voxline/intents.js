@@ -7,6 +7,7 @@
 // `create()` returns as soon as the cache is open; the engine loads in the background and nothing here ever
 // waits for it: before it is ready `recognize()` answers null at once.
 import { IntentCache } from './intent-cache.js';
+import { spawnWorker } from './workers.js';
 
 /**
  * @typedef {import('./intent-cache.js').CacheEntry} CacheEntry
@@ -30,14 +31,6 @@ export const EXTEND_TIMEOUT_MS = 30000;
  */
 export function isCompleteCommand(result) {
   return Boolean(result?.match) && !result.prefix;
-}
-
-/** A module worker from this folder; a page on another origin (the widget) needs a same-origin trampoline. */
-function spawnWorker(file) {
-  const url = new URL(file, import.meta.url);
-  if (url.origin === location.origin) return new Worker(url, { type: 'module' });
-  const blob = new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' });
-  return new Worker(URL.createObjectURL(blob), { type: 'module' });
 }
 
 export class IntentResolver {

@@ -35,6 +35,13 @@ export const DEFAULTS = Object.freeze({
   /** Token budget: ceil(tokensPerSec × speech seconds) + tokenSlack. */
   tokensPerSec: 3.5,
   tokenSlack: 4,
+
+  // Local intents (zero round trips).
+  /** Transcript confidence below which a local match is not trusted and the turn goes to the server. */
+  localIntentMinConfidence: 0.6,
+  /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
+  earlyIntentMinConfidence: 0.75,
+
   /** Use the full 30 s window for every decode (the slower baseline `voxline bench asr` compares against). */
   fullWindow: false,
 });

@@ -6,20 +6,18 @@
 //
 // The final decode starts the moment a pause begins (speculatively); if the turn then ends, the transcript is
 // usually ready already, and if the speaker goes on, the decode is cancelled.
+//
+// Intents: a final transcript confident enough is looked up in the IndexedDB cache (synchronous, no network),
+// then in the Python grammar engine (Pyodide worker); a confident partial transcript that already is a complete
+// command is dispatched before the turn ends (semantic endpointing). Anything else goes to the server.
 import { Capture } from './capture.js';
 import { EVENTS, Emitter } from './events.js';
+import { IntentResolver, isCompleteCommand } from './intents.js';
 import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
 import { resolveSettings } from './settings.js';
+import { spawnWorker } from './workers.js';
 
 const FRAME = 512;
-
-/** A module worker from this folder; cross-origin hosts (the widget) need a same-origin blob trampoline. */
-function spawnWorker(file) {
-  const url = new URL(file, import.meta.url);
-  if (url.origin === location.origin) return new Worker(url, { type: 'module' });
-  const blob = new Blob([`import ${JSON.stringify(url.href)};`], { type: 'text/javascript' });
-  return new Worker(URL.createObjectURL(blob), { type: 'module' });
-}
 
 function whenReady(worker, name) {
   return new Promise((resolve, reject) => {
@@ -57,6 +55,10 @@ export class Voxline {
   async load() {
     const started = performance.now();
     try {
+      const intents = IntentResolver.create({ base: this.base }).catch((error) => {
+        this.#fail('intent_cache_unavailable', `Local commands are off: the intent cache could not be opened (${error.message}).`);
+        return null;
+      });
       const manifest = await fetchManifest(this.base);
       const byRole = Object.fromEntries(manifest.models.map((m) => [m.role, m]));
       const wanted = ['browser-asr', 'browser-vad', 'browser-turn'].map((role) => byRole[role]);
@@ -74,6 +76,7 @@ export class Voxline {
       this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: 2,
         encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
+      this.intents = await intents;
       this.vadWorker.onmessage = (e) => this.#fromVad(e.data);
       this.asrWorker.onmessage = (e) => this.#fromAsr(e.data);
       this.ready = this.events.emit(EVENTS.ready, {
@@ -193,6 +196,7 @@ export class Voxline {
     if (!msg.final) {
       if (turn === this.turn && !turn.final && msg.text) {
         this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
+        if (msg.confidence >= this.settings.earlyIntentMinConfidence) this.#earlyIntent(turn, msg);
       }
       return;
     }
@@ -211,6 +215,41 @@ export class Voxline {
       timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, queued_ms: result.queuedMs,
         window_s: result.windowSecs, guard: result.guard },
     });
+    if (!turn.dispatched) this.#finalIntent(turn, result.text, result.confidence);
+  }
+
+  #dispatch(turn, source, text, confidence, intent, extra = {}) {
+    turn.dispatched = true;
+    this.events.emit(EVENTS.intent, {
+      intent: intent.intent, slots: intent.slots ?? {}, source, text, confidence,
+      confirmation: intent.confirmation ?? null, ...extra,
+    });
+  }
+
+  /** Semantic endpointing: a confident partial that is a complete command acts before the turn is over. */
+  async #earlyIntent(turn, partial) {
+    if (!this.intents || turn.dispatched) return;
+    const result = await this.intents.recognize(partial.text).catch(() => null);
+    if (turn.dispatched || turn.final || !isCompleteCommand(result)) return;
+    const cached = this.intents.peek(partial.text);
+    this.#dispatch(turn, cached ? 'cache' : 'local', partial.text, partial.confidence, cached ?? result.match, { early: true });
+    if (!cached) this.intents.remember(partial.text, result.match, 'local');
+  }
+
+  /** The zero-round-trip path for a final transcript: cache, then the local grammar; else the server's turn. */
+  async #finalIntent(turn, text, confidence) {
+    if (!this.intents || confidence < this.settings.localIntentMinConfidence) return this.#serverTurn(turn, text, confidence);
+    const cached = this.intents.peek(text);
+    if (cached) return this.#dispatch(turn, 'cache', text, confidence, cached);
+    const result = await this.intents.recognize(text).catch(() => null);
+    if (!result?.match) return this.#serverTurn(turn, text, confidence);
+    this.#dispatch(turn, 'local', text, confidence, result.match);
+    this.intents.remember(text, result.match, 'local');
+  }
+
+  /** Hand the turn to the backend (transcript, and its audio when the confidence is low). */
+  #serverTurn(turn, text, confidence) {
+    this.onServerTurn?.({ turn, text, confidence, audio: this.turnAudio });
   }
 }
 

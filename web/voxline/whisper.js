@@ -2,11 +2,14 @@
 // the encoder takes raw 16 kHz samples (log-mel inside) and returns the cross-attention K/V of every decoder
 // layer; the decoder takes new tokens plus the self-attention cache and returns last-position logits.
 //
-// Confidence: the geometric mean of the probabilities of the emitted tokens, end-of-text included
-// (exp of the mean log-probability), in 0..1. A decode cut short by a guard (repetition loop or token budget)
-// has its confidence halved: its text is suspect, and the local intent gate should send it to the server.
+// Confidence: the geometric mean of the probabilities of the emitted tokens that carry a letter or a digit
+// (exp of their mean log-probability), in 0..1. Punctuation and end-of-text are left out: Whisper is often unsure
+// whether a command ends in "." or nothing, which says nothing about the words. A decode cut short by a guard
+// (repetition loop or token budget) has its confidence halved: its text is suspect, and the local intent gate
+// should send it to the server.
 
 export const REPEAT_NGRAM = 3;
+const HAS_WORD = /[\p{L}\p{N}]/u;
 
 /** GPT-2's byte-level alphabet: printable bytes map to themselves, the others to U+0100 onwards. */
 function byteDecoder() {
@@ -108,7 +111,7 @@ export class Whisper {
     let pastV = emptyCache();
     let input = this.table.prompt;
     const ids = [];
-    let logprobSum = 0;
+    const logprobs = [];
     let guard = null;
     for (let step = 0; ; step++) {
       if (cancelled()) return { cancelled: true };
@@ -119,12 +122,13 @@ export class Whisper {
       pastK = out.new_k;
       pastV = out.new_v;
       const { id, logprob } = this.#pick(out.logits.data, step === 0);
-      logprobSum += logprob;
       if (id === this.tokenizer.eot) break;
       ids.push(id);
+      logprobs.push(logprob);
       const loopAt = repeatStart(ids);
       if (loopAt >= 0) {
         ids.length = loopAt; // drop the restarted loop: its words are already there once
+        logprobs.length = loopAt;
         guard = 'repeat';
         break;
       }
@@ -134,10 +138,10 @@ export class Whisper {
       }
       input = [id];
     }
-    const steps = ids.length + 1;
-    let confidence = Math.exp(logprobSum / steps);
-    if (guard) confidence *= 0.5;
-    return { text: this.tokenizer.decode(ids), ids, confidence, guard, steps };
+    const words = logprobs.filter((_, i) => HAS_WORD.test(this.tokenizer.tokens[ids[i]]));
+    const mean = words.length ? words.reduce((a, b) => a + b, 0) / words.length : -Infinity;
+    const confidence = Math.exp(mean) * (guard ? 0.5 : 1);
+    return { text: this.tokenizer.decode(ids), ids, confidence, guard, steps: ids.length + 1 };
   }
 
   /** Greedy choice after suppression, with the chosen token's log-probability. */

@@ -1,0 +1,70 @@
+"""Spoken commands resolved on the device: the grammar engine in Pyodide, then the IndexedDB cache, no network.
+
+espeak-ng speech through Chromium's fake microphone; the lead silence gives Pyodide time to start, since the fake
+microphone starts playing when the page opens it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from voxline.bench.audio import RATE, compose, espeak, write_wav
+
+ENGINE_START_S = 14.0
+
+
+@pytest.fixture(scope="module")
+def twice_pause(tmp_path_factory):
+    clips = [("pause the music", espeak("pause the music")), ("turn the volume down", espeak("turn the volume down")),
+             ("pause the music", espeak("pause the music", voice="en-gb"))]
+    audio, placed = compose(clips, lead_s=ENGINE_START_S, gap_s=3.0)
+    return write_wav(tmp_path_factory.mktemp("intents") / "commands.wav", audio), placed, len(audio) / RATE
+
+
+def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_voxline, twice_pause):
+    wav, placed, duration_s = twice_pause
+    vx = open_voxline(wav)
+    vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=90)
+    vx.page.wait_for_function("window.voxline.intents?.ready === true", timeout=60_000)
+    requests: list[str] = []
+    vx.page.on("request", lambda request: requests.append(request.url))
+    vx.wait_until_heard(duration_s)
+    intents = vx.events("intent")
+    assert [i["intent"] for i in intents] == ["media.pause", "media.volume_down", "media.pause"], vx.events()
+    assert intents[0]["source"] == "local"
+    assert intents[2]["source"] == "cache"
+    for intent, truth in zip(intents, placed):
+        assert intent["audio_t"] > truth.end_s - 0.6  # never before the words were (nearly) all heard
+    assert requests == [], "local intents must not touch the network"
+
+
+def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, voxline_server, twice_pause):
+    """A second visit in the same profile: Pyodide is blocked and, once the models are loaded, so is the server."""
+    from voxline.bench.browser import RECORD_EVENTS, launch_chromium
+
+    wav, placed, duration_s = twice_pause
+    browser = launch_chromium(browser_type, wav)
+    try:
+        context = browser.new_context(permissions=["microphone"])
+        first = context.new_page()
+        first.add_init_script(RECORD_EVENTS)
+        first.goto(voxline_server.url + "/?autostart=1")
+        first.wait_for_function("window.__vx.filter(e => e.name === 'intent').length >= 3",
+                                timeout=(duration_s + 90) * 1000)
+        first.close()
+
+        second = context.new_page()
+        second.add_init_script(RECORD_EVENTS)
+        second.route("**/vendor/pyodide/**", lambda route: route.abort())
+        second.goto(voxline_server.url + "/?autostart=1")
+        second.wait_for_function("window.__vx.some(e => e.name === 'ready')", timeout=90_000)
+        second.route("**/*", lambda route: route.abort())  # the backend is gone from here on
+        second.wait_for_function(f"window.voxline.capture.audioTime > {duration_s + 2}",
+                                 timeout=(duration_s + 90) * 1000)
+        events = second.evaluate("window.__vx")
+        intents = [e for e in events if e["name"] == "intent"]
+        assert [(i["intent"], i["source"]) for i in intents] == [
+            ("media.pause", "cache"), ("media.volume_down", "cache"), ("media.pause", "cache")], events
+        assert second.evaluate("window.voxline.intents.ready") is False
+    finally:
+        browser.close()
