@@ -88,6 +88,12 @@ class VoxlinePage:
         events = self.page.evaluate("window.__vx")
         return [e for e in events if name is None or e["name"] == name]
 
+    def timeline(self) -> list[str]:
+        """The events as short lines, for assertion messages."""
+        keys = ("text", "final", "intent", "source", "confidence", "reason", "end_t", "code", "message")
+        return [f"{e['audio_t']:.2f} {e['name']} " + " ".join(f"{k}={e[k]!r}" for k in keys if k in e)
+                for e in self.events()]
+
     def wait_for(self, predicate: str, timeout_s: float) -> None:
         """Wait for a JS predicate over `ev`, the events so far (an array of {name, ...detail}), and `heard`,
         the seconds of microphone audio captured so far."""
