@@ -1,22 +1,22 @@
 """Spoken commands resolved on the device: the grammar engine in Pyodide, then the IndexedDB cache, no network.
 
-espeak-ng speech through Chromium's fake microphone; the lead silence gives Pyodide time to start, since the fake
-microphone starts playing when the page opens it.
+hibari-tts speech (synthetic, natural-sounding) through Chromium's fake microphone; the lead silence gives Pyodide
+time to start, since the fake microphone starts playing when the page opens it.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from voxline.bench.audio import RATE, compose, espeak, write_wav
+from voxline.bench.audio import RATE, compose, hibari, write_wav
 
 ENGINE_START_S = 14.0
 
 
 @pytest.fixture(scope="module")
 def twice_pause(tmp_path_factory):
-    clips = [("pause the music", espeak("pause the music")), ("turn the volume down", espeak("turn the volume down")),
-             ("pause the music", espeak("pause the music", speed=150))]
+    texts = ["pause the music", "turn the volume down", "pause the music"]
+    clips = [(text, hibari(text, seed=i)) for i, text in enumerate(texts)]
     audio, placed = compose(clips, lead_s=ENGINE_START_S, gap_s=3.0)
     return write_wav(tmp_path_factory.mktemp("intents") / "commands.wav", audio), placed, len(audio) / RATE
 

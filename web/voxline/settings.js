@@ -38,7 +38,7 @@ export const DEFAULTS = Object.freeze({
 
   // Local intents (zero round trips).
   /** Transcript confidence below which a local match is not trusted and the turn goes to the server. */
-  localIntentMinConfidence: 0.45,
+  localIntentMinConfidence: 0.5,
   /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
   earlyIntentMinConfidence: 0.75,
 
