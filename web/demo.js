@@ -22,7 +22,7 @@ function log(name, detail) {
 
 for (const name of Object.values(EVENTS)) document.addEventListener(name, (e) => log(name, e.detail));
 
-document.addEventListener(EVENTS.speechStart, () => setState('speaking', 'Hearing you…'));
+document.addEventListener(EVENTS.speechStart, () => setState('hearing', 'Hearing you…'));
 document.addEventListener(EVENTS.speechEnd, () => setState('thinking', 'Recognising…'));
 document.addEventListener(EVENTS.transcript, (e) => {
   if (!e.detail.final) {
@@ -37,10 +37,29 @@ document.addEventListener(EVENTS.transcript, (e) => {
   confidence.textContent = `${Math.round(e.detail.confidence * 100)} %`;
   item.append(confidence);
   $('finals').prepend(item);
+  setState('thinking', 'Thinking…');
+});
+document.addEventListener(EVENTS.intent, (e) => {
+  const { intent, slots, source, confirmation } = e.detail;
+  const code = document.createElement('code');
+  code.textContent = `${intent} ${Object.keys(slots).length ? JSON.stringify(slots) : ''}`.trim();
+  const origin = document.createElement('span');
+  origin.className = 'source';
+  origin.textContent = source === 'server' ? 'resolved by the server' : `on this device (${source}, no network)`;
+  $('intent').replaceChildren(code, origin);
+  $('reply').textContent = confirmation ?? '';
   setState('listening', 'Listening');
 });
+document.addEventListener(EVENTS.reply, (e) => {
+  $('intent').replaceChildren();
+  $('reply').textContent = e.detail.text;
+  if (e.detail.final) setState('listening', 'Listening');
+});
+document.addEventListener(EVENTS.replyAudio, () => setState('speaking', 'Answering…'));
 document.addEventListener(EVENTS.error, (e) => {
-  setState('error', 'Something went wrong');
+  // Losing the backend is not fatal: local commands go on working, and the link reconnects by itself.
+  if (e.detail.code === 'backend_unreachable') setState('offline', 'Offline: local commands only');
+  else setState('error', 'Something went wrong');
   $('detail').textContent = e.detail.message;
 });
 

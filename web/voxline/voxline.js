@@ -9,11 +9,19 @@
 //
 // Intents: a final transcript confident enough is looked up in the IndexedDB cache (synchronous, no network),
 // then in the Python grammar engine (Pyodide worker); a confident partial transcript that already is a complete
-// command is dispatched before the turn ends (semantic endpointing). Anything else goes to the server.
+// command is dispatched before the turn ends (semantic endpointing). Anything else goes to the server, with the
+// turn's Opus audio when the transcript is not confident; the spoken reply streams back and plays as it arrives,
+// and speech during playback stops it at once (barge-in) and tells the server how much was heard.
+
+/** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
+const TURN_AUDIO_WAIT_MS = 500;
+const REPLY_AUDIO_RATE = 24000;
 import { Capture } from './capture.js';
 import { EVENTS, Emitter } from './events.js';
 import { IntentResolver, isCompleteCommand } from './intents.js';
+import { BackendLink } from './link.js';
 import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
+import { ReplyPlayer } from './player.js';
 import { resolveSettings } from './settings.js';
 import { spawnWorker } from './workers.js';
 
@@ -34,11 +42,19 @@ function whenReady(worker, name) {
 
 export class Voxline {
   /**
-   * @param {{base?: string|URL, settings?: object, target?: EventTarget,
+   * @param {{base?: string|URL, server?: string|URL|null, settings?: object, target?: EventTarget,
    *          onProgress?: (fraction: number, loaded: number, total: number) => void}} options
+   *   server: the backend's WebSocket URL (default: `/ws` on `base`); null runs without a backend.
    */
   constructor(options = {}) {
     this.base = new URL(options.base ?? new URL('..', import.meta.url));
+    const ws = new URL('ws', this.base);
+    ws.protocol = ws.protocol === 'https:' ? 'wss:' : 'ws:';
+    this.serverUrl = options.server === null ? null : String(options.server ?? ws);
+    /** @type {Map<number, {text: string, audio: boolean}>} server turn id → reply state */
+    this.replies = new Map();
+    /** @type {((msg: object) => void)[]} waiting for the Opus packets of the turn that just ended */
+    this.turnAudioWaiters = [];
     this.settings = resolveSettings(options.settings);
     this.target = options.target ?? document;
     this.onProgress = options.onProgress ?? (() => {});
@@ -77,6 +93,8 @@ export class Voxline {
         encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
       this.intents = await intents;
+      this.opus = vadInfo.opus;
+      this.#connect();
       this.vadWorker.onmessage = (e) => this.#fromVad(e.data);
       this.asrWorker.onmessage = (e) => this.#fromAsr(e.data);
       this.ready = this.events.emit(EVENTS.ready, {
@@ -116,13 +134,14 @@ export class Voxline {
 
   async stop() {
     this.listening = false;
+    this.link?.close();
     this.vadWorker?.postMessage({ type: 'stop' });
     clearInterval(this.turn?.partialTimer);
     await this.capture.stop();
   }
 
-  #fail(code, message) {
-    this.events.emit(EVENTS.error, { code, message });
+  #fail(code, message, turnId = undefined) {
+    this.events.emit(EVENTS.error, { code, message, ...(turnId === undefined ? {} : { turn_id: turnId }) });
   }
 
   /** Ask the ASR worker for a decode of [start, end); the answer comes back to `turn` by request id. */
@@ -138,6 +157,7 @@ export class Voxline {
     if (msg.type === 'error') return this.#fail(msg.code, msg.message);
     if (msg.type === 'opus') {
       this.turnAudio = msg; // the last turn's Opus packets, for the uplink when the server must re-recognise
+      for (const waiter of this.turnAudioWaiters.splice(0)) waiter(msg);
       return;
     }
     if (msg.type !== 'endpoint') return;
@@ -145,6 +165,7 @@ export class Voxline {
     const rate = this.settings.sampleRate;
     const turn = this.turn;
     if (ev.type === 'speech-start') {
+      if (this.player?.playing) this.player.stop(); // barge-in: silence at once; onFinished tells the server
       this.turn = { start: ev.start, voicedAt: ev.voicedAt, final: null, result: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
@@ -247,9 +268,71 @@ export class Voxline {
     this.intents.remember(text, result.match, 'local');
   }
 
-  /** Hand the turn to the backend (transcript, and its audio when the confidence is low). */
-  #serverTurn(turn, text, confidence) {
-    this.onServerTurn?.({ turn, text, confidence, audio: this.turnAudio });
+  #connect() {
+    if (!this.serverUrl) return;
+    this.player = new ReplyPlayer({
+      sampleRate: REPLY_AUDIO_RATE,
+      onFirstSample: (turnId) => this.events.emit(EVENTS.replyAudio, { first: true, turn_id: turnId }),
+      onFinished: ({ replyId, reason, playedMs }) => {
+        if (reason === 'stopped') this.link.bargeIn(replyId, playedMs);
+      },
+    });
+    const replyOf = (turnId) => this.replies.get(turnId) ?? { text: '', audio: false };
+    this.link = new BackendLink(this.serverUrl, {
+      onStatus: (connected) => { this.backendConnected = connected; },
+      onTranscript: (turnId, text) => this.events.emit(EVENTS.transcript, { text, final: true, confidence: 1, source: 'server', turn_id: turnId }),
+      onIntent: (turnId, msg) => {
+        const match = { intent: msg.intent, slots: msg.slots, confirmation: msg.confirmation };
+        this.events.emit(EVENTS.intent, { ...match, source: 'server', text: msg.text, confidence: 1, turn_id: turnId });
+        this.intents?.remember(msg.text, match, this.serverUrl);
+      },
+      onReplyDelta: (turnId, delta) => {
+        const reply = replyOf(turnId);
+        reply.text += delta;
+        this.replies.set(turnId, reply);
+        this.events.emit(EVENTS.reply, { text: reply.text, final: false, turn_id: turnId });
+      },
+      onReplyAudio: (turnId, samples) => {
+        const reply = replyOf(turnId);
+        if (!reply.audio) this.player.begin(turnId);
+        reply.audio = true;
+        this.replies.set(turnId, reply);
+        this.player.push(turnId, samples);
+      },
+      onReplyDone: (turnId, text, interrupted) => {
+        if (replyOf(turnId).audio) this.player.end(turnId);
+        this.replies.delete(turnId);
+        this.events.emit(EVENTS.reply, { text, final: true, interrupted, turn_id: turnId });
+      },
+      onTimings: (turnId, timings) => { this.lastTimings = timings; },
+      onError: (code, message, turnId) => this.#fail(code, message, turnId),
+    }, { opus: this.opus });
+    this.link.connect();
+    this.player.warmUp().catch(() => {}); // an AudioContext takes a while to start: not on the first reply
+  }
+
+  #turnAudio(turn) {
+    if (this.turnAudio?.end === turn.end) return Promise.resolve(this.turnAudio);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(null), TURN_AUDIO_WAIT_MS);
+      this.turnAudioWaiters.push((msg) => {
+        clearTimeout(timer);
+        resolve(msg.end === turn.end ? msg : null);
+      });
+    });
+  }
+
+  /** Hand the turn to the backend: the transcript, and its audio when the confidence is below the gate. */
+  async #serverTurn(turn, text, confidence) {
+    if (!this.link?.connected) {
+      this.#fail('backend_unreachable', this.serverUrl
+        ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'
+        : 'No Voxline server is configured: only local commands work.');
+      return;
+    }
+    const lowConfidence = confidence < this.settings.localIntentMinConfidence;
+    const audio = lowConfidence ? await this.#turnAudio(turn) : null;
+    this.link.sendTurn({ transcript: text, confidence, audio });
   }
 }
 
