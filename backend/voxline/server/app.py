@@ -6,10 +6,13 @@ cannot reach anything else in the cache.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import mimetypes
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
@@ -18,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from voxline import __version__, paths
@@ -27,6 +30,8 @@ from voxline.errors import VoxlineError
 from voxline.models import Manifest, load_manifest
 from voxline.models.supply import is_current, require_models
 from voxline.server.headers import IsolationHeadersMiddleware
+from voxline.server.session import Engines
+from voxline.server.ws import websocket_endpoint
 
 # Module scripts and wasm must carry these types or browsers refuse them (Python 3.11 does not know .mjs).
 mimetypes.add_type("text/javascript", ".mjs")
@@ -95,7 +100,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     Gauge("voxline_up_seconds", "Seconds since the server started", registry=registry).set_function(
         lambda: time.time() - started
     )
-    # Loaded is set by the parts of the server that load a model into memory; today nothing loads yet.
+    # Set by the lifespan as each model is loaded into memory (the server ASR only when a turn first needs it).
     loaded: dict[str, bool] = {}
 
     async def healthz(request: Request) -> JSONResponse:
@@ -139,7 +144,17 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         return Response(intents_wheel.data, media_type="application/zip",
                         headers={"cache-control": "public, max-age=3600"})
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Loaded once per process, before the first connection is accepted, and shared by every session.
+        app.state.engines = await asyncio.to_thread(
+            Engines.load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True)
+        )
+        app.state.sessions = {}
+        yield
+
     routes = [
+        WebSocketRoute("/ws", websocket_endpoint),
         Route("/healthz", healthz),
         Route("/intents/manifest.json", intents_manifest),
         Route("/intents/{file}", intents_wheel_file),
@@ -150,4 +165,4 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         Mount("/vendor/pyodide", StaticFiles(directory=settings.node_modules_dir / "pyodide")),
         Mount("/", StaticFiles(directory=settings.web_dir, html=True)),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(IsolationHeadersMiddleware)])
+    return Starlette(routes=routes, middleware=[Middleware(IsolationHeadersMiddleware)], lifespan=lifespan)

@@ -1,0 +1,318 @@
+"""The `/ws` wire protocol, version 1: typed messages, binary audio frames, close codes (see docs/protocol.md).
+
+Text frames are JSON objects tagged by `type`; every inbound one is parsed into a frozen `msgspec.Struct` before
+any handler sees it, so handlers never touch raw dictionaries. Unknown fields are ignored (a newer client may add
+some); an unknown `type`, a missing or mistyped field, or a value out of range is a `BadMessage`.
+
+Binary frames carry audio. All integers are little-endian, so a browser can read them with a `DataView` and the
+PCM payload with an `Int16Array` (the server's header is 12 bytes, keeping the samples 2-byte aligned).
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+from dataclasses import dataclass
+from typing import Annotated, Literal, Union
+
+import msgspec
+
+from voxline.errors import BadMessage
+
+PROTOCOL_VERSION = 1
+"""Bumped on any change an old peer would misread; `hello.v` must equal it."""
+
+# Close codes: 1000-1011 are RFC 6455's; 4000-4999 are for applications.
+CLOSE_NORMAL = 1000
+"""The client said `bye`, or the server is shutting down a finished session."""
+CLOSE_POLICY_VIOLATION = 1008
+"""Too many bad frames in a row (`MAX_CONSECUTIVE_BAD_FRAMES`): the peer is not speaking this protocol."""
+CLOSE_INTERNAL_ERROR = 1011
+"""The server hit an unexpected error outside any turn."""
+CLOSE_UNSUPPORTED_VERSION = 4000
+"""`hello.v` is not `PROTOCOL_VERSION`."""
+CLOSE_UNAUTHORIZED = 4001
+"""The server requires a token and `hello.token` is missing or wrong."""
+CLOSE_UNSUPPORTED_LANGUAGE = 4002
+"""`hello.lang` is not a language of the server's grammar."""
+
+MAX_CONSECUTIVE_BAD_FRAMES = 16
+"""Bad frames are answered one by one; this many in a row closes the connection with `CLOSE_POLICY_VIOLATION`."""
+MAX_TEXT_FRAME_BYTES = 64 * 1024
+"""A JSON control message is small; anything larger is not one of ours."""
+MAX_TEXT_CHARS = 1000
+"""Longest transcript or typed turn accepted."""
+MAX_TURN_AUDIO_SECONDS = 30.0
+"""Longest turn audio accepted for server re-recognition (Whisper's window)."""
+PCM16_UPLINK_RATE_HZ = 16_000
+"""Sample rate of `pcm16` uplink audio (mono, 16-bit little-endian)."""
+REPLY_AUDIO_RATE_HZ = 24_000
+"""Sample rate of the reply audio frames (mono, 16-bit little-endian)."""
+
+TurnId = Annotated[int, msgspec.Meta(ge=0, le=0xFFFF_FFFF)]
+"""Chosen by the client, unique within the session; a u32 so binary frames can carry it."""
+Confidence = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Utterance = Annotated[str, msgspec.Meta(max_length=MAX_TEXT_CHARS)]
+AudioKind = Literal["opus", "pcm16"]
+
+
+# ---------------------------------------------------------------------------------------------- client → server
+
+
+class Capabilities(msgspec.Struct, frozen=True):
+    """What the client can send."""
+
+    opus: bool = False
+    """It can send Opus packets (WebCodecs `AudioEncoder`)."""
+    pcm16: bool = True
+    """It can send raw PCM16 at `PCM16_UPLINK_RATE_HZ`."""
+    sample_rate: Annotated[int, msgspec.Meta(gt=0)] = PCM16_UPLINK_RATE_HZ
+    """Rate of its `pcm16` uplink; version 1 accepts only `PCM16_UPLINK_RATE_HZ`."""
+
+
+class OpusConfig(msgspec.Struct, frozen=True):
+    """The `decoderConfig` WebCodecs' `AudioEncoder` emitted, as JSON (description base64-encoded)."""
+
+    sample_rate: Annotated[int, msgspec.Meta(gt=0)] = 48_000
+    channels: Annotated[int, msgspec.Meta(ge=1, le=2)] = 1
+    description: str | None = None
+    """Base64 of the codec description (an `OpusHead`), when the encoder gave one."""
+
+    def description_bytes(self) -> bytes | None:
+        """The decoded description; a bad base64 string is a `BadMessage`."""
+        if self.description is None:
+            return None
+        try:
+            return base64.b64decode(self.description, validate=True)
+        except ValueError:
+            raise BadMessage("turn.start: opus.description is not base64") from None
+
+
+class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="type"):
+    """First message of a session."""
+
+    v: int
+    lang: Annotated[str, msgspec.Meta(min_length=2, max_length=35)] = "en"
+    """BCP 47 tag; only its primary subtag is used ("en-US" → "en")."""
+    token: str | None = None
+    capabilities: Capabilities = Capabilities()
+
+
+class TurnStart(msgspec.Struct, frozen=True, tag="turn.start", tag_field="type"):
+    """The user finished speaking: the browser's transcript, and whether audio frames follow."""
+
+    turn_id: TurnId
+    transcript: Utterance
+    confidence: Confidence
+    audio: AudioKind | None = None
+    """When set, audio frames of this kind follow, then `turn.audio_end`."""
+    want_server_asr: bool = False
+    """Re-recognise on the server even above the confidence gate."""
+    opus: OpusConfig | None = None
+    """Decoder configuration for `audio: "opus"` (defaults: 48 kHz mono, no description)."""
+
+
+class AudioEnd(msgspec.Struct, frozen=True, tag="turn.audio_end", tag_field="type"):
+    """No more audio frames for the current turn."""
+
+    turn_id: TurnId
+
+
+class BargeIn(msgspec.Struct, frozen=True, tag="barge_in", tag_field="type"):
+    """The user spoke over the reply: stop it. `played_ms` is how much of its audio the user actually heard."""
+
+    turn_id: TurnId
+    played_ms: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+
+
+class TextTurn(msgspec.Struct, frozen=True, tag="text", tag_field="type"):
+    """A typed turn: no audio, no confidence gate."""
+
+    turn_id: TurnId
+    text: Utterance
+
+
+class Bye(msgspec.Struct, frozen=True, tag="bye", tag_field="type"):
+    """The client is leaving; the server closes with `CLOSE_NORMAL`."""
+
+
+ClientMessage = Union[Hello, TurnStart, AudioEnd, BargeIn, TextTurn, Bye]
+
+_client_decoder = msgspec.json.Decoder(ClientMessage)
+
+
+# ---------------------------------------------------------------------------------------------- server → client
+
+
+class Welcome(msgspec.Struct, frozen=True, tag="welcome", tag_field="type"):
+    """Answer to `hello`: the session's id, the protocol version, and the limits it enforces."""
+
+    session_id: str
+    v: int
+    limits: dict[str, float | int]
+    reply_audio: dict[str, str | int]
+    models: dict[str, str]
+
+
+class Transcript(msgspec.Struct, frozen=True, tag="transcript", tag_field="type"):
+    """The server's own transcript of the turn audio; it replaces the browser's."""
+
+    turn_id: int
+    text: str
+    source: str = "server"
+
+
+class IntentMessage(msgspec.Struct, frozen=True, tag="intent", tag_field="type"):
+    """The turn is a command of the grammar; the page acts on it and caches it for next time."""
+
+    turn_id: int
+    intent: str
+    slots: dict[str, object]
+    text: str
+    confirmation: str | None
+    grammar_version: str
+
+
+class ReplyDelta(msgspec.Struct, frozen=True, tag="reply.delta", tag_field="type"):
+    """More reply text, as the model produced it."""
+
+    turn_id: int
+    text: str
+
+
+class ReplyDone(msgspec.Struct, frozen=True, tag="reply.done", tag_field="type"):
+    """The turn is over. `text` is the reply as kept in the dialog: only the heard part when interrupted."""
+
+    turn_id: int
+    text: str
+    interrupted: bool = False
+
+
+class Timings(msgspec.Struct, frozen=True, tag="timings", tag_field="type", omit_defaults=True):
+    """Where the turn's time went, in milliseconds from the turn's first message; absent fields did not apply."""
+
+    turn_id: int
+    interrupted: bool
+    asr_ms: float | None = None
+    intent_ms: float | None = None
+    llm_first_token_ms: float | None = None
+    first_clause_ms: float | None = None
+    tts_first_audio_ms: float | None = None
+    first_audio_sent_ms: float | None = None
+    llm_ms: float | None = None
+    llm_tokens: int | None = None
+    total_ms: float | None = None
+
+
+class ErrorMessage(msgspec.Struct, frozen=True, tag="error", tag_field="type", omit_defaults=True):
+    """Something went wrong; `code` is one of docs/protocol.md's, the same string the page shows in `voxline:error`."""
+
+    code: str
+    message: str
+    turn_id: int | None = None
+
+
+ServerMessage = Union[Welcome, Transcript, IntentMessage, ReplyDelta, ReplyDone, Timings, ErrorMessage]
+
+_encoder = msgspec.json.Encoder()
+_server_decoder = msgspec.json.Decoder(ServerMessage)
+
+
+def parse_client_message(data: str | bytes) -> ClientMessage:
+    """Parse one JSON text frame; anything malformed or unknown raises `BadMessage` with a readable reason."""
+    if len(data) > MAX_TEXT_FRAME_BYTES:
+        raise BadMessage(f"text frame of {len(data)} bytes is over the {MAX_TEXT_FRAME_BYTES}-byte limit")
+    try:
+        return _client_decoder.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a subclass: both are the client's fault
+        raise BadMessage(str(exc)) from None
+
+
+def encode_message(message: ServerMessage | ClientMessage) -> str:
+    """One JSON text frame."""
+    return _encoder.encode(message).decode()
+
+
+def parse_server_message(data: str | bytes) -> ServerMessage:
+    """For clients and tests: parse a server text frame."""
+    try:
+        return _server_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise BadMessage(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------------------------- binary frames
+
+FRAME_OPUS = 0x01
+"""Client → server: one Opus packet exactly as WebCodecs' `EncodedAudioChunk` holds it."""
+FRAME_PCM16 = 0x02
+"""Client → server: PCM16 LE mono samples at `PCM16_UPLINK_RATE_HZ` (any whole number of samples)."""
+FRAME_REPLY_AUDIO = 0x81
+"""Server → client: PCM16 LE mono samples of the reply at `REPLY_AUDIO_RATE_HZ`."""
+
+FLAG_CLAUSE_END = 0x01
+"""Reply frame flag: the last frame of a clause (a natural place for the player to stop on barge-in)."""
+
+_UPLINK_HEADER = struct.Struct("<BBHI")  # kind, flags (0), reserved (0), turn_id
+_REPLY_HEADER = struct.Struct("<BBHII")  # kind, flags, clause index, turn_id, seq
+UPLINK_HEADER_BYTES = _UPLINK_HEADER.size
+REPLY_HEADER_BYTES = _REPLY_HEADER.size
+_UPLINK_KINDS = {FRAME_OPUS: "opus", FRAME_PCM16: "pcm16"}
+
+
+@dataclass(frozen=True)
+class AudioFrame:
+    """An uplink audio frame of the current turn."""
+
+    kind: AudioKind
+    turn_id: int
+    payload: bytes
+
+
+@dataclass(frozen=True)
+class ReplyAudioFrame:
+    """A downlink frame of reply audio."""
+
+    turn_id: int
+    seq: int
+    """Frame number within the turn, from 0; gaps never happen on one connection."""
+    clause: int
+    """Which clause of the reply (0, 1, ...) these samples belong to."""
+    clause_end: bool
+    pcm: bytes
+
+
+def encode_audio_frame(kind: AudioKind, turn_id: int, payload: bytes) -> bytes:
+    """For clients and tests: one uplink frame."""
+    code = FRAME_OPUS if kind == "opus" else FRAME_PCM16
+    return _UPLINK_HEADER.pack(code, 0, 0, turn_id) + payload
+
+
+def parse_audio_frame(data: bytes) -> AudioFrame:
+    """Parse an uplink binary frame; a short frame, an unknown kind or odd-length PCM raises `BadMessage`."""
+    if len(data) <= UPLINK_HEADER_BYTES:
+        raise BadMessage(f"binary frame of {len(data)} bytes: the header alone is {UPLINK_HEADER_BYTES}")
+    code, _flags, _reserved, turn_id = _UPLINK_HEADER.unpack_from(data)
+    kind = _UPLINK_KINDS.get(code)
+    if kind is None:
+        raise BadMessage(f"binary frame kind 0x{code:02x} is not an uplink audio kind")
+    payload = bytes(data[UPLINK_HEADER_BYTES:])
+    if kind == "pcm16" and len(payload) % 2:
+        raise BadMessage("pcm16 frame with an odd number of bytes")
+    return AudioFrame(kind, turn_id, payload)
+
+
+def encode_reply_audio(turn_id: int, seq: int, clause: int, pcm: bytes, *, clause_end: bool) -> bytes:
+    """One downlink frame of reply audio."""
+    flags = FLAG_CLAUSE_END if clause_end else 0
+    return _REPLY_HEADER.pack(FRAME_REPLY_AUDIO, flags, clause, turn_id, seq) + pcm
+
+
+def parse_reply_audio(data: bytes) -> ReplyAudioFrame:
+    """For clients and tests: parse a downlink audio frame."""
+    if len(data) < REPLY_HEADER_BYTES:
+        raise BadMessage("reply audio frame shorter than its header")
+    code, flags, clause, turn_id, seq = _REPLY_HEADER.unpack_from(data)
+    if code != FRAME_REPLY_AUDIO:
+        raise BadMessage(f"binary frame kind 0x{code:02x} is not reply audio")
+    return ReplyAudioFrame(turn_id, seq, clause, bool(flags & FLAG_CLAUSE_END), bytes(data[REPLY_HEADER_BYTES:]))

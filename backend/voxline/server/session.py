@@ -1,0 +1,570 @@
+"""One `/ws` conversation as an explicit state machine, and the turn pipeline it drives.
+
+States and the messages each accepts (anything else is answered with `error {code: "illegal_state"}`):
+
+    HANDSHAKE        hello ─────────────────────────────► LISTENING
+    LISTENING        turn.start (audio) ────────────────► RECEIVING_AUDIO
+                     turn.start (no audio), text ───────► THINKING
+                     barge_in (the turn just finished)    (history trimmed to what was heard)
+    RECEIVING_AUDIO  audio frames, turn.audio_end ──────► THINKING
+    THINKING         first reply audio frame queued ────► SPEAKING
+    THINKING, SPEAKING  reply.done ─────────────────────► LISTENING
+    RECEIVING_AUDIO, THINKING, SPEAKING  barge_in ──────► LISTENING (reply.done interrupted)
+    any              bye ───────────────────────────────► CLOSED
+
+A turn runs as its own task, so the session keeps reading the socket while it thinks and speaks: that is how a
+barge-in can stop it. The pipeline inside a turn overlaps its stages: the LLM thread streams text deltas, the
+clause splitter hands each finished clause to TTS (in a worker thread) while the model keeps writing, and each
+synthesized clause goes to the socket as soon as it exists. Everything bound for the socket passes through one
+`Outbox`, so frames keep their order and a barge-in can drop the reply audio that has not left yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hmac
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from voxline.clauses import ClauseSplitter, speakable
+from voxline.config import Settings
+from voxline.dialog import DialogHistory, SpokenClause, heard_text
+from voxline.errors import (
+    BadMessage,
+    IllegalState,
+    LimitExceeded,
+    ProtocolError,
+    TurnError,
+    Unauthorized,
+    UnsupportedLanguage,
+    UnsupportedVersion,
+    VoxlineError,
+)
+from voxline.intents import Grammar, GrammarError, Match, builtin_grammar
+from voxline.llm import LLM, GenerationRequest
+from voxline.server import protocol as p
+from voxline.server.resolver import IntentResolver
+from voxline.server_asr import ServerASR, decode_opus, decode_pcm16
+from voxline.tts import Synthesizer, load_synthesizer, to_pcm16
+
+log = logging.getLogger(__name__)
+
+APOLOGY = "Sorry, I could not answer that. Please try again."
+"""The reply text when a model fails mid-turn; the `error` message beside it says what failed."""
+FIRST_CLAUSE_MAX_WORDS = 5
+"""The first clause is cut after this many words (see `ClauseSplitter`): speech starts about one short phrase after
+the first token, instead of one whole sentence (on a 2-core CPU, Qwen 0.5B writes ~20 tokens a second)."""
+REPLY_FRAME_MS = 200
+"""Reply audio is sent in frames of this length: small enough that a barge-in drops most of an unsent clause."""
+MAX_OPUS_PACKETS = int(p.MAX_TURN_AUDIO_SECONDS * 1000 / 20)
+"""WebCodecs emits 20 ms Opus packets: this many cover `MAX_TURN_AUDIO_SECONDS`."""
+MAX_PCM16_BYTES = int(p.MAX_TURN_AUDIO_SECONDS * p.PCM16_UPLINK_RATE_HZ * 2)
+
+
+class SessionState(enum.Enum):
+    HANDSHAKE = "handshake"
+    LISTENING = "listening"
+    RECEIVING_AUDIO = "receiving_audio"
+    THINKING = "thinking"
+    SPEAKING = "speaking"
+    CLOSED = "closed"
+
+
+_S = SessionState
+_IN_TURN = frozenset({_S.RECEIVING_AUDIO, _S.THINKING, _S.SPEAKING})
+ACCEPTS: dict[type, frozenset[SessionState]] = {
+    p.Hello: frozenset({_S.HANDSHAKE}),
+    p.TurnStart: frozenset({_S.LISTENING}),
+    p.TextTurn: frozenset({_S.LISTENING}),
+    p.AudioFrame: frozenset({_S.RECEIVING_AUDIO}),
+    p.AudioEnd: frozenset({_S.RECEIVING_AUDIO}),
+    p.BargeIn: _IN_TURN | {_S.LISTENING},
+    p.Bye: frozenset(set(_S) - {_S.CLOSED}),
+}
+"""The states in which each inbound message is legal."""
+
+
+@dataclass
+class Engines:
+    """The models a server loads once and all its sessions share."""
+
+    settings: Settings
+    grammar: Grammar
+    resolver: IntentResolver
+    llm: LLM
+    tts: Synthesizer
+    asr: ServerASR
+
+    @classmethod
+    def load(cls, settings: Settings, model_dir: Callable[[str], object],
+             on_loaded: Callable[[str], None] = lambda name: None) -> Engines:
+        """Load the LLM and TTS now (warmed up), the server ASR lazily; `on_loaded(name)` after each model."""
+        grammar = builtin_grammar()
+        llm = LLM(model_dir(settings.llm_model))
+        llm.warm_up()
+        on_loaded(settings.llm_model)
+        tts = load_synthesizer(settings.tts_engine, model_dir(settings.tts_model))
+        if settings.tts_engine == "hibari":
+            on_loaded(settings.tts_model)
+        asr = ServerASR(model_dir(settings.server_asr_model), on_loaded=lambda: on_loaded(settings.server_asr_model))
+        return cls(settings, grammar, IntentResolver(grammar), llm, tts, asr)
+
+
+@dataclass
+class Outbound:
+    """One frame waiting for the socket writer."""
+
+    data: str | bytes | Callable[[], str]
+    """A callable is encoded when it is sent (timings, which end with the send time of the first audio)."""
+    audio_turn: int | None = None
+    """The turn this reply audio belongs to (dropped if that turn is interrupted before it is sent)."""
+    on_sent: Callable[[], None] | None = None
+    close_code: int | None = None
+    """Set on the last item: close the connection with this code after everything before it is sent."""
+
+
+class Outbox:
+    """The ordered queue between a session and its socket writer."""
+
+    def __init__(self) -> None:
+        self._items: deque[Outbound] = deque()
+        self._ready = asyncio.Event()
+        self.closing = False
+        """A close was queued: the writer should be left to send what is before it."""
+
+    def put(self, item: Outbound) -> None:
+        self._items.append(item)
+        self._ready.set()
+
+    def put_close(self, code: int) -> None:
+        """Close the connection with `code` once everything queued so far is sent; later items are never sent."""
+        if not self.closing:
+            self.closing = True
+            self.put(Outbound("", close_code=code))
+
+    async def get(self) -> Outbound:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        return self._items.popleft()
+
+    def drop_audio(self, turn_id: int) -> int:
+        """Remove the queued reply audio of a turn; returns how many frames never left."""
+        kept = deque(i for i in self._items if i.audio_turn != turn_id)
+        dropped = len(self._items) - len(kept)
+        self._items = kept
+        return dropped
+
+
+@dataclass
+class Turn:
+    """One user turn and the reply to it, from its first message until `reply.done`."""
+
+    turn_id: int
+    text: str
+    started: float = field(default_factory=time.perf_counter)
+    confidence: float | None = None
+    audio: p.AudioKind | None = None
+    want_server_asr: bool = False
+    opus: p.OpusConfig | None = None
+    chunks: list[bytes] = field(default_factory=list)
+    audio_bytes: int = 0
+    audio_overflow: bool = False
+    kind: str | None = None
+    """"llm" once the LLM is asked, "intent" when the grammar answered; None before either."""
+    reply_text: str = ""
+    clauses: list[SpokenClause] = field(default_factory=list)
+    """Each clause whose audio was queued, in order, with its duration: what `played_ms` is measured against."""
+    audio_frames: int = 0
+    cancel: threading.Event = field(default_factory=threading.Event)
+    task: asyncio.Task | None = None
+    marks: dict[str, float] = field(default_factory=dict)
+    llm_tokens: int | None = None
+
+    def mark(self, name: str) -> None:
+        """Record `name` as milliseconds since the turn began (the first mark of a name wins)."""
+        self.marks.setdefault(name, (time.perf_counter() - self.started) * 1000.0)
+
+
+class Session:
+    """The protocol state machine of one connection. Feed it frames; it puts replies in its `Outbox`."""
+
+    def __init__(self, engines: Engines, outbox: Outbox, session_id: str | None = None) -> None:
+        self.engines = engines
+        self.settings = engines.settings
+        self.outbox = outbox
+        self.id = session_id or uuid.uuid4().hex[:16]
+        self.state = SessionState.HANDSHAKE
+        self.lang = "en"
+        self.capabilities = p.Capabilities()
+        self.history = DialogHistory(self.settings.history_exchanges)
+        self.turn: Turn | None = None
+        """The turn in progress (RECEIVING_AUDIO, THINKING, SPEAKING)."""
+        self.last_turn: Turn | None = None
+        """The turn that ended last: a barge-in may still arrive for it while the page plays its tail."""
+        self._last_turn_id = -1
+        self._bad_frames = 0
+        self._handlers = {
+            p.Hello: self._on_hello,
+            p.TurnStart: self._on_turn_start,
+            p.AudioFrame: self._on_audio_frame,
+            p.AudioEnd: self._on_audio_end,
+            p.BargeIn: self._on_barge_in,
+            p.TextTurn: self._on_text,
+            p.Bye: self._on_bye,
+        }
+
+    # ------------------------------------------------------------------------------------------------ intake
+
+    async def receive_text(self, data: str) -> None:
+        """A JSON text frame from the client."""
+        try:
+            message = p.parse_client_message(data)
+        except BadMessage as exc:
+            self._reject(exc)
+            return
+        await self.dispatch(message)
+
+    async def receive_bytes(self, data: bytes) -> None:
+        """A binary frame from the client."""
+        try:
+            frame = p.parse_audio_frame(data)
+        except BadMessage as exc:
+            self._reject(exc, self.turn.turn_id if self.turn else None)
+            return
+        await self.dispatch(frame)
+
+    async def dispatch(self, message: object) -> None:
+        """Check that the state accepts `message`, then run its one handler."""
+        turn_id = getattr(message, "turn_id", None)
+        try:
+            if self.state not in ACCEPTS[type(message)]:
+                raise IllegalState(f"{_describe(message)} is not accepted while {self.state.value}")
+            await self._handlers[type(message)](message)
+        except ProtocolError as exc:
+            self._reject(exc, turn_id)
+        else:
+            self._bad_frames = 0
+
+    async def close(self) -> None:
+        """The connection is gone or closing: stop the turn in progress, without answering it."""
+        turn, self.turn = self.turn, None
+        self.state = SessionState.CLOSED
+        if turn is not None:
+            await _stop(turn)
+
+    # ------------------------------------------------------------------------------------------------ handlers
+
+    async def _on_hello(self, hello: p.Hello) -> None:
+        if hello.v != p.PROTOCOL_VERSION:
+            self._fatal(UnsupportedVersion(f"this server speaks protocol v{p.PROTOCOL_VERSION}, not v{hello.v}"),
+                        p.CLOSE_UNSUPPORTED_VERSION)
+            return
+        expected = self.settings.auth_token
+        if expected and not hmac.compare_digest((hello.token or "").encode(), expected.encode()):
+            self._fatal(Unauthorized("hello.token is missing or wrong"), p.CLOSE_UNAUTHORIZED)
+            return
+        try:
+            self.engines.grammar.language(hello.lang)
+        except GrammarError:
+            self._fatal(UnsupportedLanguage(f"no grammar for language {hello.lang!r}"), p.CLOSE_UNSUPPORTED_LANGUAGE)
+            return
+        caps = hello.capabilities
+        if caps.pcm16 and caps.sample_rate != p.PCM16_UPLINK_RATE_HZ:
+            raise BadMessage(f"pcm16 uplink must be {p.PCM16_UPLINK_RATE_HZ} Hz, not {caps.sample_rate}")
+        self.lang, self.capabilities = hello.lang, caps
+        self.state = SessionState.LISTENING
+        self._send(p.Welcome(
+            session_id=self.id,
+            v=p.PROTOCOL_VERSION,
+            limits={
+                "max_text_chars": p.MAX_TEXT_CHARS,
+                "max_turn_audio_s": p.MAX_TURN_AUDIO_SECONDS,
+                "max_text_frame_bytes": p.MAX_TEXT_FRAME_BYTES,
+                "asr_confidence_gate": self.settings.asr_confidence_gate,
+                "reply_max_tokens": self.settings.reply_max_tokens,
+                "reply_max_seconds": self.settings.reply_max_seconds,
+            },
+            reply_audio={"encoding": "pcm16le", "sample_rate": p.REPLY_AUDIO_RATE_HZ, "channels": 1,
+                         "header_bytes": p.REPLY_HEADER_BYTES},
+            models={"llm": self.engines.llm.name, "tts": self.engines.tts.name,
+                    "asr": self.engines.asr.folder.name},
+        ))
+
+    async def _on_turn_start(self, start: p.TurnStart) -> None:
+        self._claim_turn_id(start.turn_id)
+        if start.audio is not None and not getattr(self.capabilities, start.audio):
+            raise BadMessage(f"turn.start: audio {start.audio!r} was not announced in hello.capabilities")
+        turn = Turn(start.turn_id, start.transcript, confidence=start.confidence, audio=start.audio,
+                    want_server_asr=start.want_server_asr, opus=start.opus or p.OpusConfig())
+        if start.audio is None:
+            self._begin(turn)
+        else:
+            self.turn = turn
+            self.state = SessionState.RECEIVING_AUDIO
+
+    async def _on_audio_frame(self, frame: p.AudioFrame) -> None:
+        turn = self.turn
+        if frame.turn_id != turn.turn_id:
+            raise IllegalState(f"audio for turn {frame.turn_id} while receiving turn {turn.turn_id}")
+        if frame.kind != turn.audio:
+            raise BadMessage(f"{frame.kind} frame in a turn that announced {turn.audio} audio")
+        if turn.audio_overflow:
+            return
+        full = len(turn.chunks) >= MAX_OPUS_PACKETS if turn.audio == "opus" else (
+            turn.audio_bytes + len(frame.payload) > MAX_PCM16_BYTES)
+        if full:
+            # Keep what fits and go on: the first 30 s are still worth recognising; say so once.
+            turn.audio_overflow = True
+            raise LimitExceeded(f"turn audio is over {p.MAX_TURN_AUDIO_SECONDS:g} s; the rest is ignored")
+        turn.chunks.append(frame.payload)
+        turn.audio_bytes += len(frame.payload)
+
+    async def _on_audio_end(self, end: p.AudioEnd) -> None:
+        if end.turn_id != self.turn.turn_id:
+            raise IllegalState(f"turn.audio_end for turn {end.turn_id} while receiving turn {self.turn.turn_id}")
+        self._begin(self.turn)
+
+    async def _on_text(self, message: p.TextTurn) -> None:
+        self._claim_turn_id(message.turn_id)
+        self._begin(Turn(message.turn_id, message.text))
+
+    async def _on_barge_in(self, barge: p.BargeIn) -> None:
+        if self.state in _IN_TURN:
+            if barge.turn_id != self.turn.turn_id:
+                raise IllegalState(f"barge_in for turn {barge.turn_id} while in turn {self.turn.turn_id}")
+            await self._interrupt(self.turn, barge.played_ms)
+            return
+        last = self.last_turn
+        if last is None or barge.turn_id != last.turn_id:
+            raise IllegalState(f"barge_in for turn {barge.turn_id}, which is not the current or last turn")
+        # The reply was fully sent but the page was still playing it: the turn is over (its reply.done went out),
+        # yet the history must forget what the user never heard.
+        if last.kind == "llm" and self.history.exchanges:
+            heard = heard_text(last.clauses, barge.played_ms)
+            if heard != self.history.exchanges[-1].assistant:
+                self.history.amend_last(heard)
+
+    async def _on_bye(self, bye: p.Bye) -> None:
+        await self.close()
+        self.outbox.put_close(p.CLOSE_NORMAL)
+
+    # ------------------------------------------------------------------------------------------------ the turn
+
+    def _claim_turn_id(self, turn_id: int) -> None:
+        if turn_id <= self._last_turn_id:
+            raise BadMessage(f"turn_id {turn_id} is not greater than the previous one ({self._last_turn_id})")
+        self._last_turn_id = turn_id
+
+    def _begin(self, turn: Turn) -> None:
+        self.turn = turn
+        self.state = SessionState.THINKING
+        turn.task = asyncio.create_task(self._run(turn), name=f"voxline-turn-{self.id}-{turn.turn_id}")
+
+    async def _run(self, turn: Turn) -> None:
+        try:
+            text = turn.text
+            if turn.audio is not None and turn.chunks and self._needs_server_asr(turn):
+                text = await self._recognise(turn) or text
+            turn.text = text.strip()
+            if not turn.text:
+                self._finish(turn, "")
+                return
+            resolution = self.engines.resolver.resolve(turn.text, self.lang)
+            turn.mark("intent_ms")
+            if resolution.match is not None:
+                await self._answer_command(turn, resolution.match)
+            else:
+                await self._answer_with_llm(turn)
+        except asyncio.CancelledError:
+            raise
+        except VoxlineError as exc:
+            self._fail(turn, exc)
+        except Exception as exc:  # a bug must not kill the session: the client still gets its turn closed
+            log.exception("turn %s of session %s failed", turn.turn_id, self.id)
+            self._fail(turn, TurnError(f"internal error: {exc}"))
+
+    def _needs_server_asr(self, turn: Turn) -> bool:
+        return turn.want_server_asr or (turn.confidence or 0.0) < self.settings.asr_confidence_gate
+
+    async def _recognise(self, turn: Turn) -> str:
+        def work() -> str:
+            if turn.audio == "opus":
+                samples = decode_opus(turn.chunks, channels=turn.opus.channels,
+                                      description=turn.opus.description_bytes())
+            else:
+                samples = decode_pcm16(turn.chunks)
+            return self.engines.asr.transcribe(samples, self.lang).text
+
+        text = await asyncio.to_thread(work)
+        turn.mark("asr_ms")
+        if text:
+            self._send(p.Transcript(turn_id=turn.turn_id, text=text))
+        return text
+
+    async def _answer_command(self, turn: Turn, match: Match) -> None:
+        turn.kind = "intent"
+        self._send(p.IntentMessage(
+            turn_id=turn.turn_id, intent=match.intent, slots=dict(match.slots), text=match.text,
+            confirmation=match.confirmation, grammar_version=self.engines.grammar.version,
+        ))
+        if match.confirmation:
+            turn.reply_text = match.confirmation
+            await self._speak_clause(turn, match.confirmation)
+        self._finish(turn, match.confirmation or "")
+
+    async def _answer_with_llm(self, turn: Turn) -> None:
+        turn.kind = "llm"
+        loop = asyncio.get_running_loop()
+        deltas: asyncio.Queue[str | None] = asyncio.Queue()
+        request = GenerationRequest(
+            self.history.messages(turn.text),
+            on_text=lambda d: loop.call_soon_threadsafe(deltas.put_nowait, d),
+            max_tokens=self.settings.reply_max_tokens,
+            max_seconds=self.settings.reply_max_seconds,
+            cancel=turn.cancel,
+        )
+        generation = asyncio.ensure_future(asyncio.to_thread(self.engines.llm.generate, [request]))
+        # Runs after every delta the thread scheduled (same loop queue, scheduled later): None marks the end.
+        generation.add_done_callback(lambda _: deltas.put_nowait(None))
+        clauses: asyncio.Queue[str | None] = asyncio.Queue()
+        speaker = asyncio.create_task(self._speak_clauses(turn, clauses))
+        splitter = ClauseSplitter(first_clause_max_words=FIRST_CLAUSE_MAX_WORDS)
+        try:
+            while (delta := await deltas.get()) is not None:
+                turn.mark("llm_first_token_ms")
+                turn.reply_text += delta
+                self._send(p.ReplyDelta(turn_id=turn.turn_id, text=delta))
+                for clause in splitter.feed(delta):
+                    turn.mark("first_clause_ms")
+                    clauses.put_nowait(clause)
+                if speaker.done():
+                    speaker.result()  # TTS failed: raise its error now rather than after the whole reply
+            (result,) = await generation
+            turn.marks["llm_ms"] = result.elapsed_s * 1000.0
+            turn.llm_tokens = result.tokens
+            for clause in splitter.flush():
+                turn.mark("first_clause_ms")
+                clauses.put_nowait(clause)
+            clauses.put_nowait(None)
+            await speaker
+        finally:
+            turn.cancel.set()  # stops the generator thread at its next token if it is still running
+            speaker.cancel()
+            generation.add_done_callback(_consume_exception)
+        self._finish(turn, turn.reply_text.strip())
+
+    async def _speak_clauses(self, turn: Turn, clauses: asyncio.Queue[str | None]) -> None:
+        while (clause := await clauses.get()) is not None:
+            await self._speak_clause(turn, clause)
+
+    async def _speak_clause(self, turn: Turn, clause: str) -> None:
+        text = speakable(clause)
+        if not text:
+            return
+        samples = await asyncio.to_thread(self.engines.tts.synthesize, text)
+        if samples.size == 0:
+            return  # nothing pronounceable (an emoji): no frames, and no clause for played_ms to count
+        turn.mark("tts_first_audio_ms")
+        self._queue_audio(turn, text, samples)
+
+    def _queue_audio(self, turn: Turn, text: str, samples: np.ndarray) -> None:
+        self.state = SessionState.SPEAKING
+        index = len(turn.clauses)
+        turn.clauses.append(SpokenClause(text, samples.size * 1000.0 / self.engines.tts.sample_rate))
+        pcm = to_pcm16(samples)
+        step = p.REPLY_AUDIO_RATE_HZ * REPLY_FRAME_MS // 1000 * 2
+        for offset in range(0, len(pcm), step):
+            seq = turn.audio_frames
+            turn.audio_frames += 1
+            frame = p.encode_reply_audio(turn.turn_id, seq, index, pcm[offset:offset + step],
+                                         clause_end=offset + step >= len(pcm))
+            on_sent = (lambda: turn.mark("first_audio_sent_ms")) if seq == 0 else None
+            self.outbox.put(Outbound(frame, audio_turn=turn.turn_id, on_sent=on_sent))
+
+    # ------------------------------------------------------------------------------------------------ endings
+
+    def _finish(self, turn: Turn, reply: str, *, interrupted: bool = False) -> None:
+        """Close the turn: history, reply.done, timings, back to LISTENING (all in one step: no await)."""
+        if turn.kind == "llm":
+            self.history.add(turn.text, reply)
+        self._send(p.ReplyDone(turn_id=turn.turn_id, text=reply, interrupted=interrupted))
+        self.outbox.put(Outbound(lambda: self._timings(turn, interrupted)))
+        self.turn, self.last_turn = None, turn
+        self.state = SessionState.LISTENING
+
+    def _fail(self, turn: Turn, error: VoxlineError) -> None:
+        log.warning("turn %s of session %s: %s: %s", turn.turn_id, self.id, error.code, error.message)
+        turn.kind = None  # a failed exchange stays out of the history: the model would imitate its broken reply
+        self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn.turn_id))
+        self._finish(turn, APOLOGY)
+
+    async def _interrupt(self, turn: Turn, played_ms: float) -> None:
+        await _stop(turn)
+        dropped = self.outbox.drop_audio(turn.turn_id)
+        heard = heard_text(turn.clauses, played_ms)
+        log.info("turn %s of session %s interrupted at %.0f ms (%d frames unsent)",
+                 turn.turn_id, self.id, played_ms, dropped)
+        self._finish(turn, heard, interrupted=True)
+
+    def _timings(self, turn: Turn, interrupted: bool) -> str:
+        marks = turn.marks
+        timings = p.Timings(
+            turn_id=turn.turn_id, interrupted=interrupted, llm_tokens=turn.llm_tokens,
+            total_ms=(time.perf_counter() - turn.started) * 1000.0,
+            **{k: round(marks[k], 1) for k in _TIMING_MARKS if k in marks},
+        )
+        log.info("turn timings %s", p.encode_message(timings))
+        return p.encode_message(timings)
+
+    # ------------------------------------------------------------------------------------------------ sending
+
+    def _send(self, message: p.ServerMessage) -> None:
+        self.outbox.put(Outbound(p.encode_message(message)))
+
+    def _reject(self, error: ProtocolError, turn_id: int | None = None) -> None:
+        """Answer a bad or illegal frame; too many in a row means the peer does not speak this protocol."""
+        self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn_id))
+        self._bad_frames += 1
+        if self._bad_frames >= p.MAX_CONSECUTIVE_BAD_FRAMES and self.state is not SessionState.CLOSED:
+            self.state = SessionState.CLOSED
+            self.outbox.put_close(p.CLOSE_POLICY_VIOLATION)
+
+    def _fatal(self, error: ProtocolError, close_code: int) -> None:
+        self._send(p.ErrorMessage(code=error.code, message=error.message))
+        self.state = SessionState.CLOSED
+        self.outbox.put_close(close_code)
+
+
+_TIMING_MARKS = ("asr_ms", "intent_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",
+                 "first_audio_sent_ms", "llm_ms")
+
+
+async def _stop(turn: Turn) -> None:
+    """Cancel a turn's generation and synthesis and wait until its task has unwound."""
+    turn.cancel.set()
+    task = turn.task
+    if task is not None and not task.done():
+        task.cancel()
+        with suppress(asyncio.CancelledError):
+            await task
+
+
+def _consume_exception(future: asyncio.Future) -> None:
+    """Retrieve the result of a generation nobody waits for any more (after a cancel), so asyncio does not warn."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _describe(message: object) -> str:
+    tag = getattr(type(message), "__struct_config__", None)
+    return f"`{tag.tag}`" if tag is not None and tag.tag else "an audio frame"

@@ -1,0 +1,116 @@
+"""ClauseSplitter: where a streamed reply may be cut for TTS, and where it must never be."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from voxline.clauses import ClauseSplitter, speakable
+
+
+def split_all(text: str, chunks: list[str] | None = None, **kwargs) -> list[str]:
+    splitter = ClauseSplitter(**kwargs)
+    clauses: list[str] = []
+    for chunk in chunks if chunks is not None else [text]:
+        clauses += splitter.feed(chunk)
+    return clauses + splitter.flush()
+
+
+def token_like(text: str) -> list[str]:
+    """Chunks shaped like BPE tokens: a word with its leading space, punctuation and digits on their own."""
+    chunks = re.findall(r" ?[^\W\d_]+| ?\d|[^\w\s]|\s", text)
+    assert "".join(chunks) == text
+    return chunks
+
+
+SPLITS = [
+    # plain sentence ends
+    ("Sure. The capital of France is Paris.", ["Sure.", "The capital of France is Paris."]),
+    ("Really? Yes! Good.", ["Really?", "Yes!", "Good."]),
+    ("First this; then that: done.", ["First this;", "then that:", "done."]),
+    ("What?! No way.", ["What?!", "No way."]),
+    ("Line one\nLine two", ["Line one", "Line two"]),
+    # closing quotes and brackets stay with their clause
+    ('He said "stop." Then he left.', ['He said "stop."', "Then he left."]),
+    ("It is big (really big.) Yes.", ["It is big (really big.)", "Yes."]),
+    # commas: only once the clause is long enough
+    ("Well, I think so.", ["Well, I think so."]),
+    ("The weather today is mild and dry, with a breeze later.",
+     ["The weather today is mild and dry,", "with a breeze later."]),
+    # numbers never split
+    ("Pi is about 3.14 and e is 2.72 today.", ["Pi is about 3.14 and e is 2.72 today."]),
+    ("It costs 1,000 dollars or 2,500 euros in the shop.", ["It costs 1,000 dollars or 2,500 euros in the shop."]),
+    ("Meet me at 10:30 tomorrow.", ["Meet me at 10:30 tomorrow."]),
+    ("Version 1.2.3 is out.", ["Version 1.2.3 is out."]),
+    ("It costs $3. That is cheap.", ["It costs $3.", "That is cheap."]),
+    # abbreviations and initials
+    ("Dr. Smith and Mr. Jones met Mrs. Brown.", ["Dr. Smith and Mr. Jones met Mrs. Brown."]),
+    ("Bring fruit, e.g. apples, i.e. red ones.", ["Bring fruit, e.g. apples, i.e. red ones."]),
+    ("The U.S. economy grew.", ["The U.S. economy grew."]),
+    ("Wake up at 7 a.m. and rest.", ["Wake up at 7 a.m. and rest."]),
+    ("Ask J. R. R. Tolkien.", ["Ask J. R. R. Tolkien."]),
+    ("Cats, dogs, etc. are pets.", ["Cats, dogs, etc. are pets."]),
+    ("See No. 5 on the list.", ["See No. 5 on the list."]),
+    # ellipses
+    ("Well... I am not sure.", ["Well... I am not sure."]),
+    ("Hmm… maybe later.", ["Hmm… maybe later."]),
+    # list numbering
+    ("1. Preheat the oven. 2. Bake it.", ["1. Preheat the oven.", "2. Bake it."]),
+    # CJK full stops need no space
+    ("今天很好。明天下雨！", ["今天很好。", "明天下雨！"]),
+    # nothing speakable is dropped, the rest is flushed
+    ("...", []),
+    ("", []),
+    ("No final mark", ["No final mark"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), SPLITS, ids=[t[:30] or "empty" for t, _ in SPLITS])
+def test_clauses(text, expected):
+    assert split_all(text) == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), SPLITS, ids=[t[:30] or "empty" for t, _ in SPLITS])
+def test_clauses_do_not_depend_on_how_the_text_is_chunked(text, expected):
+    assert split_all(text, list(text)) == expected
+    assert split_all(text, token_like(text)) == expected
+    for cut in range(1, len(text)):
+        assert split_all(text, [text[:cut], text[cut:]]) == expected
+
+
+def test_a_clause_is_released_as_soon_as_its_end_is_certain():
+    splitter = ClauseSplitter()
+    assert splitter.feed("Sure") == []
+    assert splitter.feed(".") == []  # could still become "Sure.com" or an ellipsis
+    assert splitter.feed(" The") == ["Sure."]
+    assert splitter.feed(" answer is 3") == []
+    assert splitter.feed(".") == []
+    assert splitter.feed("14") == []  # a decimal, not a sentence end
+    assert splitter.feed(".") == []
+    assert splitter.flush() == ["The answer is 3.14."]
+
+
+def test_min_comma_words_is_configurable():
+    assert split_all("Yes, of course.", min_comma_words=1) == ["Yes,", "of course."]
+    assert split_all("Yes, of course.", min_comma_words=2) == ["Yes, of course."]
+
+
+def test_flush_resets_the_splitter():
+    splitter = ClauseSplitter()
+    splitter.feed("Half a")
+    assert splitter.flush() == ["Half a"]
+    assert splitter.flush() == []
+    assert splitter.feed("New one. ") == ["New one."]
+
+
+@pytest.mark.parametrize(("raw", "spoken"), [
+    ("**Paris** is the capital.", "Paris is the capital."),
+    ("# Heading", "Heading"),
+    ("- first item", "first item"),
+    ("See [the docs](http://example.com) now.", "See the docs now."),
+    ("Use `ls` here.", "Use ls here."),
+    ("3 - 2 = 1", "3 - 2 = 1"),
+])
+def test_speakable_removes_markdown_only(raw, spoken):
+    assert speakable(raw) == spoken

@@ -1,0 +1,280 @@
+"""The session state machine on real models: legal transitions, every illegal one, and what each turn sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from voxline.config import Settings
+from voxline.server import protocol as p
+from voxline.server.session import ACCEPTS, Engines, Outbound, Outbox, Session, SessionState
+
+SMOLLM = "smollm2-135m-instruct-ct2"
+S = SessionState
+
+
+@pytest.fixture(scope="module")
+def engines(model_dir):
+    return Engines.load(Settings(llm_model=SMOLLM), model_dir)
+
+
+class RecordingOutbox(Outbox):
+    """An outbox that also notes the session state at the moment each frame was queued."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: Session | None = None
+        self.states: list[tuple[SessionState, Outbound]] = []
+
+    def put(self, item: Outbound) -> None:
+        self.states.append((self.session.state, item))
+        super().put(item)
+
+
+def new_session(engines: Engines) -> tuple[Session, RecordingOutbox]:
+    outbox = RecordingOutbox()
+    session = Session(engines, outbox)
+    outbox.session = session
+    return session, outbox
+
+
+async def sent(outbox: Outbox) -> list[dict | bytes]:
+    """Everything queued so far, decoded (JSON as dicts, audio as bytes); closes as {"close": code}."""
+    out: list[dict | bytes] = []
+    while outbox._items:
+        item = await outbox.get()
+        if item.close_code is not None:
+            out.append({"close": item.close_code})
+            continue
+        data = item.data() if callable(item.data) else item.data
+        out.append(data if isinstance(data, bytes) else json.loads(data))
+    return out
+
+
+def types(frames: list[dict | bytes]) -> list[str]:
+    return ["audio" if isinstance(f, bytes) else f.get("type", "close") for f in frames]
+
+
+async def hello(session: Session, outbox: Outbox, **fields) -> list[dict | bytes]:
+    await session.receive_text(json.dumps({"type": "hello", "v": 1, **fields}))
+    return await sent(outbox)
+
+
+async def finish_turn(session: Session) -> None:
+    if session.turn is not None and session.turn.task is not None:
+        await session.turn.task
+
+
+SAMPLES: dict[type, object] = {
+    p.Hello: p.Hello(v=1),
+    p.TurnStart: p.TurnStart(turn_id=100, transcript="pause", confidence=0.9),
+    p.TextTurn: p.TextTurn(turn_id=100, text="pause"),
+    p.AudioFrame: p.AudioFrame("pcm16", 100, b"\x00\x00"),
+    p.AudioEnd: p.AudioEnd(turn_id=100),
+    p.BargeIn: p.BargeIn(turn_id=100, played_ms=0.0),
+    p.Bye: p.Bye(),
+}
+ILLEGAL = [(kind, state) for kind in SAMPLES for state in S if state not in ACCEPTS[kind]]
+
+
+def test_every_message_type_has_one_handler_and_a_legal_state(engines):
+    session, _ = new_session(engines)
+    assert set(session._handlers) == set(ACCEPTS) == set(SAMPLES)
+    assert all(ACCEPTS[kind] for kind in ACCEPTS)
+
+
+@pytest.mark.parametrize(("kind", "state"), ILLEGAL, ids=[f"{k.__name__}-{s.value}" for k, s in ILLEGAL])
+def test_a_message_in_a_state_that_does_not_accept_it_is_illegal_state(engines, kind, state):
+    async def scenario():
+        session, outbox = new_session(engines)
+        session.state = state
+        await session.dispatch(SAMPLES[kind])
+        assert session.state is state
+        (error,) = await sent(outbox)
+        assert error["type"] == "error" and error["code"] == "illegal_state"
+
+    asyncio.run(scenario())
+
+
+def test_hello_welcomes_and_listens(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        (welcome,) = await hello(session, outbox, lang="en-US")
+        assert session.state is S.LISTENING and session.lang == "en-US"
+        assert welcome["type"] == "welcome" and welcome["v"] == p.PROTOCOL_VERSION
+        assert welcome["session_id"] == session.id
+        assert welcome["limits"]["asr_confidence_gate"] == engines.settings.asr_confidence_gate
+        assert welcome["reply_audio"] == {"encoding": "pcm16le", "sample_rate": 24000, "channels": 1,
+                                          "header_bytes": p.REPLY_HEADER_BYTES}
+
+    asyncio.run(scenario())
+
+
+def test_a_text_turn_goes_thinking_speaking_listening(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        outbox.states.clear()
+        await session.dispatch(p.TextTurn(turn_id=1, text="What is the capital of France?"))
+        assert session.state is S.THINKING
+        await finish_turn(session)
+        assert session.state is S.LISTENING
+        frames = await sent(outbox)
+        kinds = types(frames)
+        assert kinds[-2:] == ["reply.done", "timings"] and "reply.delta" in kinds and "audio" in kinds
+        deltas = [f["text"] for f in frames if isinstance(f, dict) and f["type"] == "reply.delta"]
+        assert frames[-2]["text"] == "".join(deltas).strip() and "Paris" in frames[-2]["text"]
+        # Text goes out while THINKING; the first audio frame is what moves the session to SPEAKING.
+        assert outbox.states[0][0] is S.THINKING
+        assert {state for state, item in outbox.states if isinstance(item.data, bytes)} == {S.SPEAKING}
+        assert session.history.exchanges[-1].assistant == frames[-2]["text"]
+
+    asyncio.run(scenario())
+
+
+def test_a_command_is_answered_by_the_grammar_without_the_llm(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text="turn the volume down to 30%"))
+        await finish_turn(session)
+        frames = await sent(outbox)
+        intent = frames[0]
+        assert intent == {"type": "intent", "turn_id": 1, "intent": "media.volume_set", "slots": {"level": 30},
+                          "text": intent["text"], "confirmation": "Volume 30.",
+                          "grammar_version": engines.grammar.version}
+        assert "reply.delta" not in types(frames)
+        timings = frames[-1]
+        assert "llm_first_token_ms" not in timings and "intent_ms" in timings
+        assert len(session.history) == 0  # commands are not conversation
+
+    asyncio.run(scenario())
+
+
+def test_audio_turns_receive_until_audio_end(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TurnStart(turn_id=5, transcript="pause", confidence=0.95, audio="pcm16"))
+        assert session.state is S.RECEIVING_AUDIO
+        await session.dispatch(p.AudioFrame("pcm16", 5, b"\x00\x00" * 160))
+        await session.dispatch(p.AudioFrame("pcm16", 4, b"\x00\x00"))  # another turn's audio
+        await session.dispatch(p.AudioFrame("opus", 5, b"\xfc"))  # not the announced kind
+        await session.dispatch(p.AudioEnd(turn_id=5))
+        assert session.state is S.THINKING
+        await finish_turn(session)
+        frames = await sent(outbox)
+        assert [(f["type"], f.get("code")) for f in frames[:2]] == [("error", "illegal_state"),
+                                                                   ("error", "bad_message")]
+        assert "transcript" not in types(frames)  # confident: the browser's transcript stands
+        assert next(f for f in frames if isinstance(f, dict) and f["type"] == "intent")["intent"] == "media.pause"
+
+    asyncio.run(scenario())
+
+
+def test_audio_not_announced_in_hello_is_refused(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox, capabilities={"opus": False, "pcm16": True})
+        await session.dispatch(p.TurnStart(turn_id=1, transcript="x", confidence=0.1, audio="opus"))
+        assert session.state is S.LISTENING
+        assert (await sent(outbox))[0]["code"] == "bad_message"
+
+    asyncio.run(scenario())
+
+
+def test_barge_in_while_receiving_audio_drops_the_turn(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TurnStart(turn_id=2, transcript="x", confidence=0.1, audio="pcm16"))
+        await session.dispatch(p.BargeIn(turn_id=2))
+        assert session.state is S.LISTENING
+        assert [f["type"] for f in await sent(outbox)] == ["reply.done", "timings"]
+
+    asyncio.run(scenario())
+
+
+def test_barge_in_for_another_turn_is_illegal(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TurnStart(turn_id=2, transcript="x", confidence=0.1, audio="pcm16"))
+        await session.dispatch(p.BargeIn(turn_id=1))
+        assert session.state is S.RECEIVING_AUDIO
+        assert (await sent(outbox))[0]["code"] == "illegal_state"
+
+    asyncio.run(scenario())
+
+
+def test_turn_ids_must_increase(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=7, text="pause"))
+        await finish_turn(session)
+        await sent(outbox)
+        await session.dispatch(p.TextTurn(turn_id=7, text="pause"))
+        assert session.state is S.LISTENING
+        assert (await sent(outbox))[0]["code"] == "bad_message"
+
+    asyncio.run(scenario())
+
+
+def test_bye_closes_normally_and_stops_the_turn(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text="Tell me a long story about a dragon."))
+        task = session.turn.task
+        await session.dispatch(p.Bye())
+        assert session.state is S.CLOSED and task.cancelled()
+        frames = await sent(outbox)
+        assert frames[-1] == {"close": p.CLOSE_NORMAL}
+        assert "reply.done" not in types(frames)
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("fields", "code", "close"), [
+    ({"v": 2}, "unsupported_version", p.CLOSE_UNSUPPORTED_VERSION),
+    ({"lang": "fr"}, "unsupported_language", p.CLOSE_UNSUPPORTED_LANGUAGE),
+])
+def test_a_hello_the_server_cannot_serve_closes_the_session(engines, fields, code, close):
+    async def scenario():
+        session, outbox = new_session(engines)
+        frames = await hello(session, outbox, **fields)
+        assert session.state is S.CLOSED
+        assert frames[0]["code"] == code and frames[-1] == {"close": close}
+
+    asyncio.run(scenario())
+
+
+def test_a_bad_pcm16_rate_is_refused_but_the_client_may_retry(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        frames = await hello(session, outbox, capabilities={"pcm16": True, "sample_rate": 44100})
+        assert frames[0]["code"] == "bad_message" and session.state is S.HANDSHAKE
+        assert types(await hello(session, outbox)) == ["welcome"]
+
+    asyncio.run(scenario())
+
+
+def test_too_many_bad_frames_in_a_row_close_the_session(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        for _ in range(p.MAX_CONSECUTIVE_BAD_FRAMES - 1):
+            await session.receive_text("nonsense")
+        await session.receive_text('{"type": "text", "turn_id": 1, "text": "pause"}')  # a good one resets the count
+        await finish_turn(session)
+        for _ in range(p.MAX_CONSECUTIVE_BAD_FRAMES - 1):
+            await session.receive_bytes(b"\x00")
+        assert session.state is S.LISTENING
+        await session.receive_bytes(b"\x00")
+        assert session.state is S.CLOSED
+        assert (await sent(outbox))[-1] == {"close": p.CLOSE_POLICY_VIOLATION}
+
+    asyncio.run(scenario())
