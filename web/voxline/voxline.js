@@ -160,6 +160,10 @@ export class Voxline {
       for (const waiter of this.turnAudioWaiters.splice(0)) waiter(msg);
       return;
     }
+    if (msg.type === 'turn-prob') {
+      this.lastTurnCheck = msg;
+      return;
+    }
     if (msg.type !== 'endpoint') return;
     const ev = msg.event;
     const rate = this.settings.sampleRate;
@@ -186,7 +190,9 @@ export class Voxline {
       turn.end = ev.end;
       this.events.emit(EVENTS.speechEnd, {
         start_t: turn.voicedAt / rate, end_t: ev.end / rate, reason: ev.reason,
+        // diagnostics: how far the listening worker ran behind the microphone, and smart-turn's last answer
         lag_s: (msg.written - ev.end) / rate - ev.silence_s,
+        turn_prob: this.lastTurnCheck?.prob, turn_check_ms: this.lastTurnCheck?.ms,
       });
       if (turn.final?.end !== ev.end) {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
