@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything Voxline needs on a fresh Debian machine (root), idempotently:
-# apt packages, the Python venv (.venv), npm packages (node_modules) and every model (built into the cache).
+# apt packages, the Python venv (.venv), npm packages (node_modules), the widget bundles (dist) and every model
+# (built into the cache).
 # A second run only checks: each step is skipped when what it made is still current.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +42,17 @@ lock_key=$(sha256sum package-lock.json | cut -c1-16)
 if [ "$(cat node_modules/.voxline-lock 2>/dev/null)" != "$lock_key" ]; then
   npm ci --no-audit --no-fund --loglevel=error
   echo "$lock_key" > node_modules/.voxline-lock
+else
+  echo "up to date" >&2
+fi
+
+step "widget bundles (npm run build → dist/)"
+# Keyed on everything the bundles are made from, so an edit to the browser modules rebuilds them.
+widget_key=$(cat package.json package-lock.json scripts/build-widget.mjs web/voxline/*.js web/widget/*.js \
+  | sha256sum | cut -c1-16)
+if [ ! -f dist/widget.js ] || [ "$(cat dist/.voxline-build 2>/dev/null)" != "$widget_key" ]; then
+  npm run --silent build
+  echo "$widget_key" > dist/.voxline-build
 else
   echo "up to date" >&2
 fi

@@ -114,3 +114,45 @@ def test_flush_resets_the_splitter():
 ])
 def test_speakable_removes_markdown_only(raw, spoken):
     assert speakable(raw) == spoken
+
+
+FIRST_CLAUSE_CUTS = [
+    ("The moon is approximately 384,400 kilometers away.", ["The moon is approximately", "384,400 kilometers away."]),
+    # the cut moves past words a fragment cannot end on
+    ("I think that the answer is forty two.", ["I think that the answer", "is forty two."]),
+    ("Tell me about the history of the town.", ["Tell me about the history", "of the town."]),
+    ("I would ask Dr. Smith about it.", ["I would ask Dr. Smith", "about it."]),
+    # a mark within the first words wins, and only the first clause is cut by count
+    ("Sure. The capital of that country is Paris, I believe.",
+     ["Sure.", "The capital of that country is Paris,", "I believe."]),
+    # too short to cut: the whole sentence
+    ("It is Paris.", ["It is Paris."]),
+    ("Maybe in the morning", ["Maybe in the morning"]),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FIRST_CLAUSE_CUTS, ids=[t[:30] for t, _ in FIRST_CLAUSE_CUTS])
+def test_the_first_clause_can_be_cut_by_word_count(text, expected):
+    assert split_all(text, first_clause_max_words=4) == expected
+    assert split_all(text, token_like(text), first_clause_max_words=4) == expected
+    for cut in range(1, len(text)):
+        assert split_all(text, [text[:cut], text[cut:]], first_clause_max_words=4) == expected
+
+
+def test_the_word_cut_waits_until_the_word_is_complete():
+    splitter = ClauseSplitter(first_clause_max_words=2)
+    assert splitter.feed("Paris is") == []
+    assert splitter.feed(" lov") == []  # "is" is weak: the cut moves to the next word, not complete yet
+    assert splitter.feed("ely") == []
+    assert splitter.feed(" in") == ["Paris is lovely"]
+
+
+def test_a_weak_word_run_is_cut_after_a_bounded_extension():
+    assert split_all("It is the of the in a at the end.", first_clause_max_words=1)[0] == "It is the of"
+
+
+def test_the_word_limit_applies_again_after_flush():
+    splitter = ClauseSplitter(first_clause_max_words=3)
+    assert splitter.feed("One two three four ") == ["One two three"]
+    splitter.flush()
+    assert splitter.feed("Five six seven eight ") == ["Five six seven"]

@@ -278,3 +278,15 @@ def test_too_many_bad_frames_in_a_row_close_the_session(engines):
         assert (await sent(outbox))[-1] == {"close": p.CLOSE_POLICY_VIOLATION}
 
     asyncio.run(scenario())
+
+
+def test_a_bad_opus_description_is_refused_at_turn_start(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox, capabilities={"opus": True})
+        await session.receive_text(json.dumps({"type": "turn.start", "turn_id": 1, "transcript": "", "confidence": 0,
+                                               "audio": "opus", "opus": {"description": "%%%"}}))
+        assert session.state is S.LISTENING
+        assert (await sent(outbox))[0]["code"] == "bad_message"
+
+    asyncio.run(scenario())

@@ -63,7 +63,9 @@ _SPEAKABLE = re.compile(r"\w")
 class ClauseSplitter:
     """Feed text deltas in; get complete clauses out, in order; `flush` at the end of the reply for the rest."""
 
-    def __init__(self, min_comma_words: int = DEFAULT_MIN_COMMA_WORDS, first_clause_max_words: int | None = None) -> None:
+    def __init__(
+        self, min_comma_words: int = DEFAULT_MIN_COMMA_WORDS, first_clause_max_words: int | None = None
+    ) -> None:
         self.min_comma_words = min_comma_words
         self.first_clause_max_words = first_clause_max_words
         self._buffer = ""
@@ -113,7 +115,7 @@ class ClauseSplitter:
         for count, word in enumerate(words[self.first_clause_max_words - 1 : last], self.first_clause_max_words):
             if word.end() == len(text):
                 return None  # the word may still grow ("Par" → "Paris")
-            if count == last or word.group().lower().strip(_CLOSERS + _OPENERS) not in WEAK_ENDINGS:
+            if count == last or not _is_weak(word.group(), text[: word.end() - 1]):
                 return word.end()
         return None
 
@@ -154,6 +156,13 @@ def _after_closers(text: str, j: int, *, need_space: bool) -> int | object | Non
     if not need_space:
         return j
     return j if text[j].isspace() else None
+
+
+def _is_weak(word: str, before_last_char: str) -> bool:
+    """Whether a fragment must not end on `word`: a function word, or an abbreviation ("Dr." wants its name)."""
+    if word.lower().strip(_CLOSERS + _OPENERS) in WEAK_ENDINGS:
+        return True
+    return word.endswith(".") and _is_abbreviation(before_last_char)
 
 
 def _is_abbreviation(before: str) -> bool:

@@ -1,11 +1,13 @@
-"""The `voxline` command line: serve, models."""
+"""The `voxline` command line: serve, models, talk, bench."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+from pathlib import Path
 
 from voxline import paths
 from voxline.errors import VoxlineError
@@ -78,6 +80,20 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_talk(args: argparse.Namespace) -> int:
+    from voxline.client import TalkOptions, print_devices, run
+
+    if args.list_devices:
+        return print_devices(args.json)
+    options = TalkOptions(
+        server=args.server, wav=args.wav, text=args.text, fast=args.fast, input_device=args.input,
+        output_device=args.output, play=not args.no_play, save_reply=args.save_reply, json=args.json,
+        once=args.once, lang=args.lang, token=args.token if args.token is not None else os.environ.get(
+            "VOXLINE_AUTH_TOKEN") or None,
+    )
+    return run(options)
+
+
 def _cmd_bench_asr(args: argparse.Namespace) -> int:
     from voxline.bench import asr
 
@@ -108,6 +124,26 @@ def build_parser() -> argparse.ArgumentParser:
     listing = models.add_parser("list", help="name, role, size, path and source of every model")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(func=_cmd_models_list)
+
+    talk = sub.add_parser("talk", help="talk to a Voxline server from the microphone, a WAV file or text",
+                          description="A client on the page's protocol. With --json: one JSON object per event "
+                                      "(the browser's event names and fields); exits when the turn is over.")
+    talk.add_argument("--server", default="ws://127.0.0.1:8000/ws", help="the server's WebSocket URL")
+    source = talk.add_mutually_exclusive_group()
+    source.add_argument("--wav", type=Path, help="speak this audio file as one turn (default: the microphone)")
+    source.add_argument("--text", help="send a typed turn instead of speech")
+    source.add_argument("--list-devices", action="store_true", help="list the audio devices and exit")
+    talk.add_argument("--fast", action="store_true", help="with --wav: send as fast as possible, not in real time")
+    talk.add_argument("--input", help="microphone: device index or name (default: the system's)")
+    talk.add_argument("--output", help="speaker: device index or name (default: the system's)")
+    talk.add_argument("--save-reply", type=Path, metavar="FILE.wav",
+                      help="write the reply audio to FILE.wav (not played unless --output is given)")
+    talk.add_argument("--no-play", action="store_true", help="do not play the reply audio")
+    talk.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    talk.add_argument("--once", action="store_true", help="microphone: exit after the first turn")
+    talk.add_argument("--lang", default="en", help="BCP 47 language of the conversation (default en)")
+    talk.add_argument("--token", default=None, help="the server's auth token (default: $VOXLINE_AUTH_TOKEN)")
+    talk.set_defaults(func=_cmd_talk)
 
     bench = sub.add_parser("bench", help="benchmarks; each prints a JSON summary").add_subparsers(
         dest="bench_command", required=True)

@@ -16,6 +16,9 @@ DEFAULT_MAX_EXCHANGES = 6
 """User/assistant exchanges kept; a spoken conversation rarely refers further back, and each costs prompt time."""
 DEFAULT_MAX_CHARS = 3000
 """Character budget of the kept history (about 750 tokens): long answers push old exchanges out sooner."""
+PLAYED_TOLERANCE_MS = 6.0
+"""A clause counts as fully heard this close to its end: players report positions rounded to their render quantum
+(128 samples, 5.3 ms at 24 kHz) and in milliseconds, and no word is this short."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def heard_text(clauses: Sequence[SpokenClause], played_ms: float) -> str:
     start_ms = 0.0
     for clause in clauses:
         end_ms = start_ms + clause.duration_ms
-        if played_ms >= end_ms:
+        if played_ms >= end_ms - PLAYED_TOLERANCE_MS:
             heard.append(clause.text)
         else:
             words = clause.text.split()

@@ -105,3 +105,27 @@ class TTSError(TurnError):
     """Speech synthesis failed for a clause of the reply."""
 
     code = "tts_failed"
+
+
+class ClientError(VoxlineError):
+    """The Python client (`voxline talk`) could not do what it was asked; the message says what to do."""
+
+    code = "client_failed"
+
+
+class ServerUnreachable(ClientError):
+    """The Voxline server could not be reached, or dropped the connection (the browser's code for the same)."""
+
+    code = "backend_unreachable"
+
+
+class AudioDeviceError(ClientError):
+    """No usable microphone or speaker: none exists, PortAudio is missing, or the device refused the format."""
+
+    code = "audio_device_unavailable"
+
+
+class AudioFileError(ClientError):
+    """An audio file given to the client could not be read or written."""
+
+    code = "audio_file_unreadable"

@@ -29,8 +29,10 @@ from voxline.config import Settings
 from voxline.errors import VoxlineError
 from voxline.models import Manifest, load_manifest
 from voxline.models.supply import is_current, require_models
+from voxline.server.cors import CrossOriginMiddleware
 from voxline.server.headers import IsolationHeadersMiddleware
 from voxline.server.session import Engines
+from voxline.server.widget import widget_routes
 from voxline.server.ws import websocket_endpoint
 
 # Module scripts and wasm must carry these types or browsers refuse them (Python 3.11 does not know .mjs).
@@ -161,8 +163,10 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         Route("/metrics", metrics),
         Route("/wasm_models/manifest.json", models_manifest),
         Route("/wasm_models/{name}/{artifact}", model_file),
+        *widget_routes(),
         Mount("/vendor/onnxruntime-web", StaticFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist")),
         Mount("/vendor/pyodide", StaticFiles(directory=settings.node_modules_dir / "pyodide")),
         Mount("/", StaticFiles(directory=settings.web_dir, html=True)),
     ]
-    return Starlette(routes=routes, middleware=[Middleware(IsolationHeadersMiddleware)], lifespan=lifespan)
+    middleware = [Middleware(IsolationHeadersMiddleware), Middleware(CrossOriginMiddleware)]
+    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import struct
 from dataclasses import dataclass
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -136,7 +136,7 @@ class Bye(msgspec.Struct, frozen=True, tag="bye", tag_field="type"):
     """The client is leaving; the server closes with `CLOSE_NORMAL`."""
 
 
-ClientMessage = Union[Hello, TurnStart, AudioEnd, BargeIn, TextTurn, Bye]
+ClientMessage = Hello | TurnStart | AudioEnd | BargeIn | TextTurn | Bye
 
 _client_decoder = msgspec.json.Decoder(ClientMessage)
 
@@ -212,7 +212,7 @@ class ErrorMessage(msgspec.Struct, frozen=True, tag="error", tag_field="type", o
     turn_id: int | None = None
 
 
-ServerMessage = Union[Welcome, Transcript, IntentMessage, ReplyDelta, ReplyDone, Timings, ErrorMessage]
+ServerMessage = Welcome | Transcript | IntentMessage | ReplyDelta | ReplyDone | Timings | ErrorMessage
 
 _encoder = msgspec.json.Encoder()
 _server_decoder = msgspec.json.Decoder(ServerMessage)

@@ -304,6 +304,8 @@ class Session:
         self._claim_turn_id(start.turn_id)
         if start.audio is not None and not getattr(self.capabilities, start.audio):
             raise BadMessage(f"turn.start: audio {start.audio!r} was not announced in hello.capabilities")
+        if start.opus is not None:
+            start.opus.description_bytes()  # a bad description is the client's error now, not an ASR failure later
         turn = Turn(start.turn_id, start.transcript, confidence=start.confidence, audio=start.audio,
                     want_server_asr=start.want_server_asr, opus=start.opus or p.OpusConfig())
         if start.audio is None:
@@ -523,8 +525,9 @@ class Session:
             total_ms=(time.perf_counter() - turn.started) * 1000.0,
             **{k: round(marks[k], 1) for k in _TIMING_MARKS if k in marks},
         )
-        log.info("turn timings %s", p.encode_message(timings))
-        return p.encode_message(timings)
+        encoded = p.encode_message(timings)
+        log.info("session %s turn timings %s", self.id, encoded)
+        return encoded
 
     # ------------------------------------------------------------------------------------------------ sending
 

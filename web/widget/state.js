@@ -1,0 +1,94 @@
+// What the widget's mic button shows, as a pure function of the `voxline:*` events and the user's actions, so the
+// rules can be read (and tested) in one place:
+//
+//   loading ── ready ──► idle ── press ──► listening ── speech-end ──► thinking ── reply-audio ──► speaking
+//                          ▲                  ▲  ▲                        │                          │
+//                          └──── press ───────┘  └── intent / reply done / nothing came (settle) ─┘ played
+//
+// `offline` is not a phase but a flag: the last attempt to reach the server failed, yet local commands still
+// work, so the button keeps listening and only looks different. `error` is the one phase that needs the user
+// (models could not load, the microphone was refused).
+
+/** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
+/** @typedef {Phase|'offline'} ShownState what the button shows: a phase, or `offline` while idle or listening */
+/**
+ * @typedef {{phase: Phase, listening: boolean, offline: boolean, hearing: boolean}} WidgetStatus
+ *   listening: the microphone is open; hearing: speech is going on right now
+ */
+/**
+ * @typedef {{type: string, detail?: any}} WidgetInput a `voxline:*` event (its name and detail), or an action:
+ *   `load` (a Voxline instance starts loading), `listen`, `stop` (the user), `played` (the reply finished playing), `settle` (thinking waited too long),
+ *   `link` {connected} (the server came back or went away), `failed` (loading or opening the microphone threw)
+ */
+
+export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false });
+
+/** Error codes after which nothing works until the user acts (reload, allow the microphone). */
+const FATAL_ERROR = /^(mic_|model_|load_failed$)/;
+/** Errors that mean the server could not be reached (local commands still work). */
+const OFFLINE_ERRORS = new Set(['backend_unreachable']);
+
+/** @param {WidgetStatus} status @returns {Phase} where a finished turn leaves the button */
+function rest(status) {
+  return status.listening ? 'listening' : 'idle';
+}
+
+/**
+ * @param {WidgetStatus} status
+ * @param {WidgetInput} input
+ * @returns {WidgetStatus} a new status (the old one is never changed)
+ */
+export function nextStatus(status, { type, detail = {} }) {
+  const s = { ...status };
+  if (s.phase === 'error' && !['load', 'listen', 'voxline:ready'].includes(type)) return s;
+  const fromServer = detail.source === 'server';
+  switch (type) {
+    case 'load':
+      return { ...s, phase: 'loading' };
+    case 'voxline:ready':
+      return { ...s, phase: rest(s) };
+    case 'listen':
+      return { ...s, listening: true, phase: s.phase === 'loading' ? 'loading' : 'listening' };
+    case 'stop':
+      return { ...s, listening: false, hearing: false, phase: s.phase === 'loading' ? 'loading' : 'idle' };
+    case 'voxline:speech-start':
+      // Speech over a reply interrupts it (barge-in): back to listening.
+      return { ...s, hearing: true, phase: s.listening ? 'listening' : s.phase };
+    case 'voxline:speech-end':
+      return { ...s, hearing: false, phase: s.listening ? 'thinking' : s.phase };
+    case 'voxline:transcript':
+      if (!detail.final) return s;
+      return { ...s, offline: fromServer ? false : s.offline, phase: s.phase === 'speaking' ? s.phase : 'thinking' };
+    case 'voxline:intent':
+      // A server command with a confirmation is spoken next; anything else is done once the intent is out.
+      if (fromServer) s.offline = false;
+      return { ...s, phase: fromServer && detail.confirmation ? 'thinking' : rest(s) };
+    case 'voxline:reply':
+      s.offline = false;
+      if (!detail.final) return { ...s, phase: s.phase === 'speaking' ? 'speaking' : 'thinking' };
+      // The text is complete, but its audio may still be playing (or about to start): `played` ends it.
+      return { ...s, phase: detail.audioPending ? 'speaking' : rest(s) };
+    case 'voxline:reply-audio':
+      return { ...s, offline: false, phase: 'speaking' };
+    case 'played':
+      return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
+    case 'settle':
+      return s.phase === 'thinking' ? { ...s, phase: rest(s) } : s;
+    case 'link':
+      return { ...s, offline: !detail.connected };
+    case 'voxline:error':
+      if (OFFLINE_ERRORS.has(detail.code)) return { ...s, offline: true, phase: s.phase === 'loading' ? s.phase : rest(s) };
+      if (FATAL_ERROR.test(detail.code ?? '')) return { ...s, phase: 'error', listening: false, hearing: false };
+      return s; // a failed turn still ends with a reply (an apology); nothing to change here
+    case 'failed':
+      return { ...s, phase: 'error', listening: false, hearing: false };
+    default:
+      return s;
+  }
+}
+
+/** @param {WidgetStatus} status @returns {ShownState} */
+export function shownState(status) {
+  if (status.offline && (status.phase === 'idle' || status.phase === 'listening')) return 'offline';
+  return status.phase;
+}
