@@ -169,7 +169,7 @@ export class Voxline {
     const rate = this.settings.sampleRate;
     const turn = this.turn;
     if (ev.type === 'speech-start') {
-      if (this.player?.playing) this.player.stop(); // barge-in: silence at once; onFinished tells the server
+      this.#bargeIn();
       this.turn = { start: ev.start, voicedAt: ev.voicedAt, final: null, result: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
@@ -308,6 +308,7 @@ export class Voxline {
       onReplyDone: (turnId, text, interrupted) => {
         if (replyOf(turnId).audio) this.player.end(turnId);
         this.replies.delete(turnId);
+        if (this.activeServerTurn === turnId) this.activeServerTurn = null;
         this.events.emit(EVENTS.reply, { text, final: true, interrupted, turn_id: turnId });
       },
       onTimings: (turnId, timings) => { this.lastTimings = timings; },
@@ -315,6 +316,18 @@ export class Voxline {
     }, { opus: this.opus });
     this.link.connect();
     this.player.warmUp().catch(() => {}); // an AudioContext takes a while to start: not on the first reply
+  }
+
+  /**
+   * The user speaks over a reply: stop it now. Playing audio is stopped and the player reports how much was heard
+   * (its onFinished sends `barge_in`); an unfinished reply not yet audible is cancelled with nothing heard. The
+   * server cancels generation if it is still running and keeps only what was heard in the dialog.
+   */
+  #bargeIn() {
+    const turnId = this.activeServerTurn;
+    this.activeServerTurn = null;
+    if (this.player?.playing) this.player.stop(); // also the tail of a reply the server has finished sending
+    else if (turnId != null) this.link?.bargeIn(turnId, 0);
   }
 
   #turnAudio(turn) {
@@ -338,7 +351,8 @@ export class Voxline {
     }
     const lowConfidence = confidence < this.settings.localIntentMinConfidence;
     const audio = lowConfidence ? await this.#turnAudio(turn) : null;
-    this.link.sendTurn({ transcript: text, confidence, audio });
+    this.#bargeIn(); // the protocol allows one unfinished turn at a time
+    this.activeServerTurn = this.link.sendTurn({ transcript: text, confidence, audio });
   }
 }
 
