@@ -94,10 +94,10 @@ def _cmd_talk(args: argparse.Namespace) -> int:
     return run(options)
 
 
-def _cmd_bench_asr(args: argparse.Namespace) -> int:
-    from voxline.bench import asr
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import importlib
 
-    return asr.main(args)
+    return importlib.import_module(f"voxline.bench.{args.bench_command}").main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +150,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_asr = bench.add_parser("asr", help="on-device ASR in headless Chromium: utterance window vs 30 s baseline")
     bench_asr.add_argument("--rounds", type=int, default=2, help="passes over the commands, configurations alternating")
     bench_asr.add_argument("--voice", choices=["hibari", "espeak"], default="hibari")
-    bench_asr.set_defaults(func=_cmd_bench_asr)
+    bench_asr.set_defaults(func=_cmd_bench)
+    bench_intents = bench.add_parser("intents", help="end of speech → voxline:intent per source, vs an 800 ms endpoint")
+    bench_intents.add_argument("--rounds", type=int, default=1)
+    bench_intents.set_defaults(func=_cmd_bench)
+    bench_turn = bench.add_parser("turn", help="first reply audio: server (vs non-streaming) and browser TTFA")
+    bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20)")
+    bench_turn.add_argument("--browser", type=int, default=0, metavar="N", help="also N spoken questions in Chromium")
+    bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2")
+    bench_turn.set_defaults(func=_cmd_bench)
     return parser
 
 

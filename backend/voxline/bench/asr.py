@@ -1,20 +1,16 @@
 """`voxline bench asr`: on-device speech recognition in headless Chromium, utterance-sized window vs full 30 s.
 
-Each configuration hears the same WAV (commands laid out with known end-of-speech positions) through Chromium's
-fake microphone; latencies are read on the capture clock (`audio_t`), so they are exact end-of-speech → event
-times. The two configurations alternate in one run (A B A B ...), because absolute times drift on shared machines.
+Each configuration hears the same WAV (commands with known end-of-speech positions) through Chromium's fake
+microphone; latencies are read on the capture clock (`audio_t`), so they are exact end-of-speech → event times.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
-import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 
-from voxline.bench import audio as test_audio
+from voxline.bench.spoken import match, render, run_configs
+from voxline.bench.stats import ratio, summary
 from voxline.bench.wer import wer
 
 COMMANDS = [
@@ -25,114 +21,64 @@ COMMANDS = [
 CONFIGS = {"utterance-window": "", "full-window-baseline": "&vx.fullWindow=1"}
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+def _load_times(url: str, rounds: int) -> dict:
+    from playwright.sync_api import sync_playwright
 
-
-def summary(values: list[float]) -> dict:
-    return {"p50": percentile(values, 0.5), "p95": percentile(values, 0.95), "n": len(values)}
-
-
-@dataclass
-class Samples:
-    final_ms: list[float] = field(default_factory=list)
-    turn_end_ms: list[float] = field(default_factory=list)
-    decode_ms: list[float] = field(default_factory=list)
-    rtf: list[float] = field(default_factory=list)
-    refs: list[str] = field(default_factory=list)
-    hyps: list[str] = field(default_factory=list)
-    reasons: list[str] = field(default_factory=list)
-
-
-def _collect(events: list[dict], placed: list[test_audio.Placed], into: Samples) -> None:
-    finals = [e for e in events if e["name"] == "transcript" and e["final"]]
-    ends = [e for e in events if e["name"] == "speech-end"]
-    for truth in placed:
-        final = next((f for f in finals if truth.start_s - 0.5 < f["end_t"] < truth.end_s + 1.0), None)
-        end = next((e for e in ends if truth.start_s - 0.5 < e["end_t"] < truth.end_s + 1.0), None)
-        into.refs.append(truth.text)
-        into.hyps.append(final["text"] if final else "")
-        if final:
-            into.final_ms.append(1000 * (final["audio_t"] - truth.end_s))
-            into.decode_ms.append(final["timings"]["total_ms"])
-            into.rtf.append(final["timings"]["total_ms"] / 1000 / (truth.end_s - truth.start_s))
-        if end:
-            into.turn_end_ms.append(1000 * (end["audio_t"] - truth.end_s))
-            into.reasons.append(end["reason"])
-
-
-def _load_times(browser_type, url: str, rounds: int) -> dict:
     from voxline.bench.browser import launch_chromium
 
     cold, warm = [], []
-    for _ in range(rounds):
-        browser = launch_chromium(browser_type)
-        try:
-            page = browser.new_context().new_page()
-            page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
-            for into in (cold, warm):  # first load fills Cache Storage, the reload reads it
-                page.goto(url + "/")
-                page.wait_for_function("window.__ready !== undefined", timeout=120_000)
-                into.append(page.evaluate("window.__ready.load_ms"))
-        finally:
-            browser.close()
+    with sync_playwright() as pw:
+        for _ in range(rounds):
+            browser = launch_chromium(pw.chromium)
+            try:
+                page = browser.new_context().new_page()
+                page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
+                for into in (cold, warm):  # the first load fills Cache Storage, the reload reads it
+                    page.goto(url + "/")
+                    page.wait_for_function("window.__ready !== undefined", timeout=120_000)
+                    into.append(page.evaluate("window.__ready.load_ms"))
+            finally:
+                browser.close()
     return {"cold_load_ms": summary(cold), "warm_load_ms": summary(warm)}
 
 
 def run(rounds: int = 2, voice: str = "hibari", llm: str = "smollm2-135m-instruct-ct2") -> dict:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as error:  # the `test` extra
-        raise SystemExit("voxline bench asr needs playwright: run `bash scripts/setup.sh`") from error
-    from voxline.bench.browser import ServerThread, VoxlinePage
+    from voxline.bench.browser import ServerThread
     from voxline.config import Settings
 
-    render = test_audio.hibari if voice == "hibari" else test_audio.espeak
-    clips = [(text, render(text)) for text in COMMANDS]
-    audio, placed = test_audio.compose(clips, gap_s=3.0)
-    duration_s = len(audio) / test_audio.RATE
-    results = {name: Samples() for name in CONFIGS}
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp, ServerThread(Settings.from_env(llm_model=llm)) as server, \
-            sync_playwright() as pw:
-        wav = test_audio.write_wav(Path(tmp) / "commands.wav", audio)
-        loads = _load_times(pw.chromium, server.url, rounds)
-        for _ in range(rounds):
-            for name, query in CONFIGS.items():
-                page = VoxlinePage(pw.chromium, server.url, wav, query)
-                try:
-                    page.wait_until_heard(duration_s)
-                    _collect(page.events(), placed, results[name])
-                finally:
-                    page.close()
+    with ServerThread(Settings.from_env(llm_model=llm)) as server:
+        loads = _load_times(server.url, rounds)
+    clips = render(COMMANDS, voice)
+    placed, runs = run_configs(clips, CONFIGS, rounds, llm=llm)
     report = {
-        "benchmark": "asr",
-        "voice": voice + (" (synthetic speech, a proxy for real voices)"),
-        "utterances": len(placed) * rounds,
-        "max_utterance_s": round(max(p.end_s - p.start_s for p in placed), 2),
-        "rounds": rounds,
-        **loads,
-        "wall_s": round(time.monotonic() - started, 1),
+        "benchmark": "asr", "voice": f"{voice} (synthetic speech: a proxy for real voices)",
+        "utterances_per_config": len(placed) * rounds,
+        "max_utterance_s": round(max(p.end_s - p.start_s for p in placed), 2), **loads,
     }
-    for name, s in results.items():
+    for name, pages in runs.items():
+        final_ms, end_ms, decode_ms, rtf, refs, hyps, reasons = [], [], [], [], [], [], []
+        for events in pages:
+            for truth in placed:
+                final = match(events, "transcript", truth, where=lambda e: e["final"])
+                end = match(events, "speech-end", truth)
+                refs.append(truth.text)
+                hyps.append(final["text"] if final else "")
+                if final:
+                    final_ms.append(1000 * (final["audio_t"] - truth.end_s))
+                    decode_ms.append(final["timings"]["total_ms"])
+                    rtf.append(final["timings"]["total_ms"] / 1000 / (truth.end_s - truth.start_s))
+                if end:
+                    end_ms.append(1000 * (end["audio_t"] - truth.end_s))
+                    reasons.append(end["reason"])
         report[name] = {
-            "eos_to_final_transcript_ms": summary(s.final_ms),
-            "eos_to_turn_end_ms": summary(s.turn_end_ms),
-            "decode_ms": summary(s.decode_ms),
-            "rtf": summary(s.rtf),
-            "wer": round(wer(s.refs, s.hyps), 4),
-            "turn_end_reasons": {r: s.reasons.count(r) for r in sorted(set(s.reasons))},
-            "missed": s.hyps.count(""),
+            "eos_to_final_transcript_ms": summary(final_ms), "eos_to_turn_end_ms": summary(end_ms),
+            "decode_ms": summary(decode_ms), "rtf": summary(rtf), "wer": round(wer(refs, hyps), 4),
+            "turn_end_reasons": {r: reasons.count(r) for r in sorted(set(reasons))}, "missed": hyps.count(""),
         }
-    base, ours = report["full-window-baseline"], report["utterance-window"]
-    for key in ("eos_to_final_transcript_ms", "decode_ms"):
-        if base[key]["p50"] and ours[key]["p50"]:
-            report[f"ratio_{key}_p50"] = round(ours[key]["p50"] / base[key]["p50"], 3)
+    ours, base = report["utterance-window"], report["full-window-baseline"]
+    report["ratio_vs_baseline"] = {k: ratio(ours[k], base[k]) for k in ("eos_to_final_transcript_ms", "decode_ms")}
+    report["wall_s"] = round(time.monotonic() - started, 1)
     return report
 
 

@@ -1,0 +1,26 @@
+"""Percentiles as every Voxline benchmark reports them."""
+
+from __future__ import annotations
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default), or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary(values: list[float]) -> dict:
+    """P50, P95 and P99 rounded to 0.1, and the count."""
+    out = {f"p{int(q * 100)}": percentile(values, q) for q in (0.5, 0.95, 0.99)}
+    return {k: (round(v, 1) if v is not None else None) for k, v in out.items()} | {"n": len(values)}
+
+
+def ratio(ours: dict, baseline: dict, key: str = "p50") -> float | None:
+    """ours / baseline for one percentile; below 1 means faster than the baseline."""
+    if ours.get(key) and baseline.get(key):
+        return round(ours[key] / baseline[key], 3)
+    return None
