@@ -6,6 +6,8 @@ time to start, since the fake microphone starts playing when the page opens it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
@@ -21,9 +23,14 @@ def twice_pause(tmp_path_factory):
     return write_wav(tmp_path_factory.mktemp("intents") / "commands.wav", audio), placed, len(audio) / RATE
 
 
-def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_voxline, twice_pause):
+def _refuse_websocket(page):
+    page.route_web_socket("**/ws", lambda ws: ws.close(code=1011, reason="test: backend down"))
+
+
+@pytest.mark.parametrize("ws_down", [False, True], ids=["backend-up", "ws-unavailable"])
+def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_voxline, twice_pause, ws_down):
     wav, placed, duration_s = twice_pause
-    vx = open_voxline(wav)
+    vx = open_voxline(wav, before_goto=_refuse_websocket if ws_down else None)
     vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=90)
     vx.page.wait_for_function("window.voxline.intents?.ready === true", timeout=60_000)
     requests: list[str] = []
@@ -36,6 +43,8 @@ def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_v
     for intent, truth in zip(intents, placed):
         assert intent["audio_t"] > truth.end_s - 0.6  # never before the words were (nearly) all heard
     assert requests == [], "local intents must not touch the network"
+    if not ws_down:
+        assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"
 
 
 def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, voxline_server, twice_pause):

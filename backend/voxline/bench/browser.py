@@ -74,7 +74,7 @@ def launch_chromium(browser_type, wav: Path | None = None):
 class VoxlinePage:
     """One browser whose fake microphone plays one WAV, on the demo page with `?autostart=1`."""
 
-    def __init__(self, browser_type, base_url: str, wav: Path | None, query: str = "") -> None:
+    def __init__(self, browser_type, base_url: str, wav: Path | None, query: str = "", before_goto=None) -> None:
         self.browser = launch_chromium(browser_type, wav)
         self.context = self.browser.new_context(permissions=["microphone"])
         self.page = self.context.new_page()
@@ -82,6 +82,11 @@ class VoxlinePage:
         self.console: list[str] = []
         self.page.on("console", lambda msg: self.console.append(f"{msg.type}: {msg.text}"))
         self.page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
+        self.ws_sent: list[str | bytes] = []
+        """Every WebSocket frame the page sent, in order (the hello included)."""
+        self.page.on("websocket", lambda ws: ws.on("framesent", lambda payload: self.ws_sent.append(payload)))
+        if before_goto is not None:
+            before_goto(self.page)
         self.page.goto(f"{base_url}/?autostart=1{query}")
 
     def events(self, name: str | None = None) -> list[dict]:
