@@ -79,3 +79,12 @@ test('statuses are never mutated', () => {
   nextStatus(INITIAL_STATUS, { type: 'voxline:ready' });
   assert.deepEqual(INITIAL_STATUS, before);
 });
+
+test('a command dispatched before the end of speech does not leave the button thinking', () => {
+  const shown = run('voxline:ready', 'listen', ev('speech-start'), ev('intent', { intent: 'media.pause', source: 'local', early: true }),
+    ev('speech-end'), ev('transcript', { text: 'pause the music', final: true }));
+  assert.deepEqual(shown.slice(2), ['listening', 'listening', 'listening', 'listening']);
+  const next = run('voxline:ready', 'listen', ev('speech-start'), ev('intent', { intent: 'media.pause', source: 'local' }),
+    ev('speech-start'), ev('speech-end'));
+  assert.equal(next.at(-1), 'thinking'); // the next utterance is a new question
+});

@@ -22,12 +22,10 @@ export class Capture {
   }
 
   async start() {
-    this.stream = await navigator.mediaDevices.getUserMedia({
-      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: false },
-    });
+    // Everything that takes time comes before getUserMedia, so the capture clock starts with the microphone's
+    // first samples rather than a few hundred milliseconds into them.
     this.context = new AudioContext({ sampleRate: this.settings.sampleRate, latencyHint: 'interactive' });
     await this.context.audioWorklet.addModule(new URL('./capture-worklet.js', import.meta.url));
-    const source = this.context.createMediaStreamSource(this.stream);
     this.node = new AudioWorkletNode(this.context, 'voxline-capture', {
       numberOfInputs: 1,
       numberOfOutputs: 0,
@@ -41,8 +39,11 @@ export class Capture {
         for (const listener of this.blockListeners) listener(event.data);
       };
     }
-    source.connect(this.node);
     if (this.context.state !== 'running') await this.context.resume();
+    this.stream = await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: false },
+    });
+    this.context.createMediaStreamSource(this.stream).connect(this.node);
   }
 
   async stop() {

@@ -34,7 +34,10 @@ export class ReplyPlayer {
       if (data.type === 'first') this.onFirstSample(data.replyId);
       else if (data.type === 'finished') {
         if (this.current === data.replyId) this.current = null;
-        this.onFinished({ replyId: data.replyId, reason: data.reason, playedMs: (1000 * data.playedSamples) / this.rate });
+        const info = { replyId: data.replyId, reason: data.reason, playedMs: (1000 * data.playedSamples) / this.rate };
+        this.stopping?.(info);
+        this.stopping = null;
+        this.onFinished?.(info);
       }
     };
   }
@@ -64,8 +67,13 @@ export class ReplyPlayer {
     this.#send({ type: 'end', replyId });
   }
 
-  /** Barge-in: silence now; `onFinished` reports how much was heard. */
+  /**
+   * Barge-in: silence now. Resolves with how much of the reply was heard once the audio thread has stopped.
+   * @returns {Promise<{replyId: string, reason: string, playedMs: number}>}
+   */
   stop() {
-    if (this.node) this.node.port.postMessage({ type: 'stop' });
+    const stopped = new Promise((resolve) => { this.stopping = resolve; });
+    this.#send({ type: 'stop' });
+    return stopped;
   }
 }

@@ -93,7 +93,7 @@ async function loop() {
     }
     const frame = ring.read(position, position + FRAME);
     position += FRAME;
-    encoder.push(frame, position - FRAME);
+    encoder.push(frame);
     const prob = await vadProb(frame);
     for (const ev of endpointer.push(prob, position, FRAME)) await handle(ev);
   }
@@ -107,7 +107,7 @@ async function handle(ev) {
     for (const next of endpointer.turnResult(ev.pauseId, p)) await handle(next);
     return;
   }
-  if (ev.type === 'speech-start') encoder.beginTurn(ev.start);
+  if (ev.type === 'speech-start') encoder.beginTurn(ev.start, ring.read(Math.max(ev.start, ring.written - ring.capacity), position));
   if (ev.type === 'speech-end') encoder.endTurn(ev.end);
   self.postMessage({ type: 'endpoint', event: ev, written: ring.written });
 }

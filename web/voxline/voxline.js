@@ -279,9 +279,6 @@ export class Voxline {
     this.player = new ReplyPlayer({
       sampleRate: REPLY_AUDIO_RATE,
       onFirstSample: (turnId) => this.events.emit(EVENTS.replyAudio, { first: true, turn_id: turnId }),
-      onFinished: ({ replyId, reason, playedMs }) => {
-        if (reason === 'stopped') this.link.bargeIn(replyId, playedMs);
-      },
     });
     const replyOf = (turnId) => this.replies.get(turnId) ?? { text: '', audio: false };
     this.link = new BackendLink(this.serverUrl, {
@@ -319,19 +316,25 @@ export class Voxline {
   }
 
   /**
-   * The user speaks over a reply: stop it now. Playing audio is stopped and the player reports how much was heard
-   * (its onFinished sends `barge_in`); an unfinished reply not yet audible is cancelled with nothing heard. The
-   * server cancels generation if it is still running and keeps only what was heard in the dialog.
+   * The user speaks over a reply: stop it now. Playing audio is stopped, and `barge_in` says how much of it was
+   * heard; an unfinished reply not yet audible is cancelled with nothing heard. The server cancels generation if it
+   * is still running and keeps only what was heard in the dialog. Resolves once `barge_in` is sent, so a new turn
+   * never overtakes it.
    */
-  #bargeIn() {
+  async #bargeIn() {
     const turnId = this.activeServerTurn;
     this.activeServerTurn = null;
-    if (this.player?.playing) this.player.stop(); // also the tail of a reply the server has finished sending
-    else if (turnId != null) this.link?.bargeIn(turnId, 0);
+    if (this.player?.playing) { // also the tail of a reply the server has finished sending
+      const { replyId, playedMs } = await this.player.stop();
+      this.link?.bargeIn(replyId, playedMs);
+    } else if (turnId != null) {
+      this.link?.bargeIn(turnId, 0);
+    }
   }
 
   #turnAudio(turn) {
     if (this.turnAudio?.end === turn.end) return Promise.resolve(this.turnAudio);
+    // The packets come after one encoder flush, usually a few milliseconds after the end of the turn.
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(null), TURN_AUDIO_WAIT_MS);
       this.turnAudioWaiters.push((msg) => {
@@ -351,7 +354,7 @@ export class Voxline {
     }
     const lowConfidence = confidence < this.settings.localIntentMinConfidence;
     const audio = lowConfidence ? await this.#turnAudio(turn) : null;
-    this.#bargeIn(); // the protocol allows one unfinished turn at a time
+    await this.#bargeIn(); // the protocol allows one unfinished turn at a time
     this.activeServerTurn = this.link.sendTurn({ transcript: text, confidence, audio });
   }
 }

@@ -4,7 +4,8 @@
 //
 // The script's own origin is the Voxline server (`base`); its data-server, data-base, data-autostart and
 // data-lazy become the defaults of every <voxline-assistant> on the page. If the page has none, one floating
-// assistant is added to <body>. The exports are on `window.VoxlineWidget`.
+// assistant is added to <body>. The exports are on `window.VoxlineWidget`, among them `assistant`, a promise of
+// the page's (first) element, for handlers: `VoxlineWidget.assistant.then((el) => el.onIntent(...))`.
 import { VoxlineAssistant, defineVoxlineAssistant } from './assistant.js';
 
 // Only readable while this script first runs: record everything it says now.
@@ -18,16 +19,21 @@ Object.assign(VoxlineAssistant.defaults, {
 });
 defineVoxlineAssistant();
 
+/** @returns {VoxlineAssistant} the page's element, or a new floating one */
 function ensureAssistant() {
-  if (document.querySelector('voxline-assistant')) return;
-  const element = document.createElement('voxline-assistant');
+  const existing = document.querySelector('voxline-assistant');
+  if (existing) return /** @type {VoxlineAssistant} */ (existing);
+  const element = /** @type {VoxlineAssistant} */ (document.createElement('voxline-assistant'));
   element.setAttribute('floating', '');
   document.body.append(element);
+  return element;
 }
 
 // An element written after this script in the page is not parsed yet: decide once the document is.
-if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', ensureAssistant, { once: true });
-else ensureAssistant();
+/** @type {Promise<VoxlineAssistant>} */
+export const assistant = document.readyState === 'loading'
+  ? new Promise((resolve) => document.addEventListener('DOMContentLoaded', () => resolve(ensureAssistant()), { once: true }))
+  : Promise.resolve(ensureAssistant());
 
 export { VoxlineAssistant, defineVoxlineAssistant };
 export { EVENTS } from '../voxline/events.js';

@@ -12,8 +12,9 @@
 /** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
 /** @typedef {Phase|'offline'} ShownState what the button shows: a phase, or `offline` while idle or listening */
 /**
- * @typedef {{phase: Phase, listening: boolean, offline: boolean, hearing: boolean}} WidgetStatus
- *   listening: the microphone is open; hearing: speech is going on right now
+ * @typedef {{phase: Phase, listening: boolean, offline: boolean, hearing: boolean, answered: boolean}} WidgetStatus
+ *   listening: the microphone is open; hearing: speech is going on right now; answered: the current utterance
+ *   already produced its intent (a complete command is dispatched before the speaker has quite stopped)
  */
 /**
  * @typedef {{type: string, detail?: any}} WidgetInput a `voxline:*` event (its name and detail), or an action:
@@ -21,7 +22,8 @@
  *   `link` {connected} (the server came back or went away), `failed` (loading or opening the microphone threw)
  */
 
-export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false });
+export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false,
+  answered: false });
 
 /** Error codes after which nothing works until the user acts (reload, allow the microphone). */
 const FATAL_ERROR = /^(mic_|model_|load_failed$)/;
@@ -53,16 +55,16 @@ export function nextStatus(status, { type, detail = {} }) {
       return { ...s, listening: false, hearing: false, phase: s.phase === 'loading' ? 'loading' : 'idle' };
     case 'voxline:speech-start':
       // Speech over a reply interrupts it (barge-in): back to listening.
-      return { ...s, hearing: true, phase: s.listening ? 'listening' : s.phase };
+      return { ...s, hearing: true, answered: false, phase: s.listening ? 'listening' : s.phase };
     case 'voxline:speech-end':
-      return { ...s, hearing: false, phase: s.listening ? 'thinking' : s.phase };
+      return { ...s, hearing: false, phase: s.listening && !s.answered ? 'thinking' : s.phase };
     case 'voxline:transcript':
-      if (!detail.final) return s;
+      if (!detail.final || s.answered) return s;
       return { ...s, offline: fromServer ? false : s.offline, phase: s.phase === 'speaking' ? s.phase : 'thinking' };
     case 'voxline:intent':
       // A server command with a confirmation is spoken next; anything else is done once the intent is out.
       if (fromServer) s.offline = false;
-      return { ...s, phase: fromServer && detail.confirmation ? 'thinking' : rest(s) };
+      return { ...s, answered: true, phase: fromServer && detail.confirmation ? 'thinking' : rest(s) };
     case 'voxline:reply':
       s.offline = false;
       if (!detail.final) return { ...s, phase: s.phase === 'speaking' ? 'speaking' : 'thinking' };

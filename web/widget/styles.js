@@ -1,11 +1,12 @@
-// The widget's stylesheet, inside its shadow root. `all: initial` on the host stops the page's inherited styles
-// (font, colour, line height, letter spacing...) from leaking in, and nothing here can reach the page. The page
-// themes the widget only through the `--voxline-*` custom properties (which `all` leaves alone, so they still
-// inherit) and the `::part()`s: button, panel, status, caption, answer.
+// The widget's stylesheet, inside its shadow root. The page's rules cannot select anything in here, but they can
+// style the host element itself, and whatever is inherited would flow in from there (even `* { font: ... !important }`
+// matches the host). So the panel starts from `all: initial` and sets its own font and colours: nothing the page
+// sets is inherited below it, and nothing here can reach the page. The page themes the widget only through the
+// `--voxline-*` custom properties (which `all` leaves alone, so they still inherit) and the `::part()`s: panel,
+// button, status, caption, answer. The host element's own box (position, margins) stays the page's to place.
 
 export const STYLES = `
 :host {
-  all: initial;
   display: inline-block;
   --_accent: var(--voxline-accent, #2563eb);
   --_on-accent: var(--voxline-on-accent, #ffffff);
@@ -15,8 +16,6 @@ export const STYLES = `
   --_warn: var(--voxline-warn, #b45309);
   --_error: var(--voxline-error, #b91c1c);
   --_size: var(--voxline-size, 48px);
-  font: var(--voxline-font, 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif);
-  color: var(--_fg);
 }
 :host([hidden]) { display: none; }
 :host([floating]) {
@@ -28,6 +27,9 @@ export const STYLES = `
 * { box-sizing: border-box; }
 
 .panel {
+  all: initial;
+  font: var(--voxline-font, 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif);
+  color: var(--_fg);
   display: flex;
   align-items: center;
   gap: 12px;
