@@ -46,16 +46,19 @@ def test_speaking_over_the_reply_stops_it(open_voxline, tmp_path):
     timeline = vx.timeline()
     replies = vx.events("reply")
     assert vx.events("reply-audio"), timeline
-    done = [r for r in replies if r["final"]]
-    assert done and done[-1]["interrupted"] is True, timeline
-    barge = next(e for e in vx.events("speech-start") if e["audio_t"] > placed[1].start_s)
-    assert done[-1]["audio_t"] - barge["audio_t"] < 1.5, "the server must stop generating at once"
+    story = [r for r in replies if r["turn_id"] == 1]
+    done = next((r for r in story if r["final"]), None)
+    assert done is not None and done["interrupted"] is True, timeline
+    barge = next(e for e in vx.events("speech-start") if e["audio_t"] > placed[1].start_s - 0.3)
+    assert done["audio_t"] - barge["audio_t"] < 1.5, "the server must stop generating at once"
     frames = [json.loads(f) for f in vx.ws_sent if isinstance(f, str)]
     barge_ins = [m for m in frames if m["type"] == "barge_in"]
-    assert len(barge_ins) == 1 and barge_ins[0]["played_ms"] > 0, frames
-    # What the dialog keeps is only what was heard: shorter than what was generated so far.
-    streamed = max(len(r["text"]) for r in replies if not r["final"])
-    assert len(done[-1]["text"]) <= streamed
+    assert [m["turn_id"] for m in barge_ins] == [1] and barge_ins[0]["played_ms"] > 0, frames
+    # The dialog keeps only what was heard: no more than what had been generated when the user spoke.
+    streamed = max((len(r["text"]) for r in story if not r["final"]), default=0)
+    assert len(done["text"]) <= streamed
+    # "stop" itself is the stop command, resolved on the device or by the server.
+    assert any(i["intent"] == "assistant.stop" for i in vx.events("intent")), timeline
 
 
 def test_with_the_backend_stopped_the_page_says_so_and_cached_commands_work(browser_type, tmp_path):

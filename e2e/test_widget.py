@@ -198,3 +198,25 @@ def test_widget_embedded_cross_origin_hears_a_command_and_answers_a_question(bro
         assert not [line for line in console if line.startswith("pageerror")], console
     finally:
         browser.close()
+
+
+def test_widget_as_an_es_module_on_a_page_that_places_the_element_itself(browser_type, voxline_server):
+    html = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>An app</title></head><body>
+      <main><voxline-assistant label="Ask the shop"></voxline-assistant></main>
+      <script type="module">import '{voxline_server.url}/voxline-widget.mjs';</script>
+    </body></html>"""
+    browser = launch_chromium(browser_type)
+    try:
+        with HostPageServer(html) as host:
+            page = browser.new_context(permissions=["microphone"]).new_page()
+            page.add_init_script(RECORD_EVENTS)
+            page.goto(host.url)
+            page.wait_for_function("window.__vx.some(e => e.name === 'ready' || e.name === 'error')", timeout=120_000)
+            events = page.evaluate("window.__vx")
+            assert [e["name"] for e in events if e["name"] in ("ready", "error")] == ["ready"], events
+            assert events[-1]["isolated"] is False
+            assert page.locator("voxline-assistant").get_attribute("floating") is None  # the page's own, in place
+            assert page.locator("voxline-assistant").locator(".mic").get_attribute("aria-label") == "Ask the shop"
+            wait_state(page, "idle", 10)
+    finally:
+        browser.close()
