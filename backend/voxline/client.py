@@ -32,7 +32,6 @@ from voxline.client_audio import (
     EnergyEndpointer,
     Microphone,
     Speaker,
-    find_device,
     list_devices,
     read_audio_file,
     write_wav,
@@ -336,12 +335,13 @@ class VoxlineClient:
         if turn.first_frame_ms is None:
             turn.first_frame_ms = self.printer.now_ms()
             if self.speaker is None:  # nothing will play it: its arrival is the first audio
-                self._first_audio(turn.turn_id, played=False)
+                self.first_audio_played(turn.turn_id, played=False)
         turn.reply_pcm += frame.pcm
         if self.speaker is not None:
             self.speaker.push(frame.turn_id, frame.pcm)
 
-    def _first_audio(self, turn_id: int, played: bool = True) -> None:
+    def first_audio_played(self, turn_id: int, played: bool = True) -> None:
+        """The first samples of a reply reached the speaker (or, with nothing to play them, arrived)."""
         turn = self.turn
         if turn is None or turn.turn_id != turn_id or turn.first_audio_ms is not None:
             return
@@ -396,9 +396,7 @@ async def _talk_text(client: VoxlineClient, options: TalkOptions) -> bool:
     return await client.finish(await client.send_text(options.text))
 
 
-async def _talk_microphone(client: VoxlineClient, options: TalkOptions) -> bool:
-    loop = asyncio.get_running_loop()
-    microphone = Microphone(options.input_device, loop)
+async def _talk_microphone(client: VoxlineClient, options: TalkOptions, microphone: Microphone) -> bool:
     microphone.start()
     endpointer = EnergyEndpointer()
     captured_frames = 0
@@ -438,25 +436,31 @@ async def _talk_microphone(client: VoxlineClient, options: TalkOptions) -> bool:
         microphone.close()
 
 
-async def talk(options: TalkOptions, printer: EventPrinter | None = None) -> int:
-    """Run the client; 0 when every turn ended well, 1 when a turn failed on the server (an `error` came back)."""
+async def talk(options: TalkOptions, printer: EventPrinter | None = None, *,
+               microphone: Microphone | None = None, speaker: Speaker | None = None) -> int:
+    """Run the client; 0 when every turn ended well, 1 when a turn failed on the server (an `error` came back).
+
+    `microphone` and `speaker` replace the devices the options name (anything with the same methods will do)."""
     printer = printer or EventPrinter(options.json)
     client = VoxlineClient(options, printer)
     printer.audio_time = lambda: client.audio_s
     speaker_wanted = options.play and (options.save_reply is None or options.output_device is not None)
     live = options.wav is None and options.text is None
-    if live:
-        find_device(options.input_device, "input")  # no microphone: say so before opening a session
+    if live and microphone is None:
+        microphone = Microphone(options.input_device, asyncio.get_running_loop())  # no device: say so first
     await client.connect()
     try:
-        if speaker_wanted:
+        if speaker is not None:
+            client.speaker = speaker
+            speaker.on_first_sample = client.first_audio_played
+        elif speaker_wanted:
             client.speaker = _open_speaker(options, client)
         if options.text is not None:
             ok = await _talk_text(client, options)
         elif options.wav is not None:
             ok = await _talk_wav(client, options)
         else:
-            ok = await _talk_microphone(client, options)
+            ok = await _talk_microphone(client, options, microphone)
     finally:
         if client.speaker is not None:
             client.speaker.close()
@@ -468,14 +472,14 @@ async def talk(options: TalkOptions, printer: EventPrinter | None = None) -> int
 
 
 def _open_speaker(options: TalkOptions, client: VoxlineClient) -> Speaker | None:
-    loop = asyncio.get_running_loop()
+    """The speaker; without one (and none asked for by name) the turn goes on silently, with a note."""
     try:
-        return Speaker(options.output_device, client.reply_rate, loop,
-                       on_first_sample=lambda turn_id: client._first_audio(turn_id))
-    except AudioDeviceError as exc:
+        return Speaker(options.output_device, client.reply_rate, asyncio.get_running_loop(),
+                       on_first_sample=client.first_audio_played)
+    except AudioDeviceError:
         if options.output_device is not None:
             raise
-        client.printer.note(f"reply audio is not played: {exc.message}")
+        client.printer.note("no audio output device: the reply is not played (--save-reply FILE.wav keeps it)")
         return None
 
 

@@ -5,7 +5,7 @@
 //   await el.extendIntents([{language: 'en', intents: {...}}])            // the page's own sentences
 //   el.start(), el.stop(), el.toggle(), el.state, el.voxline
 //
-// Attributes: `server` (WebSocket URL; default `ws` on `base`), `base` (the Voxline server; default the origin the
+// Attributes: `server` (WebSocket URL; default `ws` on `base`; `none`: local commands only), `base` (the Voxline server; default the origin the
 // widget script came from), `autostart` (listen once loaded), `lazy` (load the models on the first press, not at
 // once), `floating` (pinned to the corner of the viewport), `label` (the button's accessible name).
 // Reflected: `state` (loading, idle, listening, thinking, speaking, offline, error), for the page's own CSS.
@@ -65,6 +65,7 @@ const TEMPLATE = `
  * @param {Voxline} voxline
  */
 function dispose(voxline) {
+  voxline.link?.close();
   voxline.vadWorker?.terminate();
   voxline.asrWorker?.terminate();
   voxline.intents?.close();
@@ -119,7 +120,7 @@ export class VoxlineAssistant extends HTMLElement {
   disconnectedCallback() {
     // A move within the page disconnects and reconnects at once: only an element really removed lets go.
     queueMicrotask(() => {
-      if (!this.isConnected) this.stop();
+      if (!this.isConnected) this.#release();
     });
   }
 
@@ -200,11 +201,23 @@ export class VoxlineAssistant extends HTMLElement {
    * @returns {Promise<string>} the new grammar version
    */
   async extendIntents(documents) {
+    const version = await this.#applyExtension(await this.load(), documents);
     this.#extensions.push(documents);
-    return this.#applyExtension(await this.load(), documents);
+    return version;
   }
 
   // ------------------------------------------------------------------------------------------------ internals
+
+  /** Removed from the page: close the microphone, the link and the workers (a later insert loads again). */
+  async #release() {
+    await this.stop();
+    const loading = this.#loading;
+    if (!loading || this.isConnected) return;
+    this.#loading = null;
+    const voxline = await loading.catch(() => null);
+    if (voxline && this.#voxline === voxline) this.#voxline = null;
+    if (voxline) dispose(voxline);
+  }
 
   #option(name) {
     if (name === 'autostart' || name === 'lazy') return this.hasAttribute(name) || Boolean(VoxlineAssistant.defaults[name]);
