@@ -279,16 +279,24 @@ def _faster_whisper_text(model, samples: np.ndarray) -> str:
     return "".join(s.text for s in segments).strip()
 
 
-def test_transcripts_match_faster_whisper(onnx_model, faster_whisper_model, clips):
+def test_transcripts_match_faster_whisper(onnx_model, faster_whisper_model, ct2_dir, clips):
+    """Same weights, same greedy settings: the same text as faster-whisper in int8 or, where int8 rounding tips a
+    borderline token (seen: "set a timer" → "Santa"/"Center"), as faster-whisper in float32."""
+    from faster_whisper import WhisperModel
+
+    float_model = None
     mismatches = []
     for text, samples in clips.items():
         ours, logprobs = onnx_model.transcribe(samples, window_s=30.0)
-        theirs = _faster_whisper_text(faster_whisper_model, _pad(samples, 30.0))
         assert ours, f"empty transcript for {text!r}"
         assert len(logprobs) > 0 and all(lp <= 0.0 for lp in logprobs)
-        if ours != theirs:
-            mismatches.append((text, ours, theirs))
-    assert not mismatches, f"ONNX vs faster-whisper (phrase, ours, theirs): {mismatches}"
+        theirs = {_faster_whisper_text(faster_whisper_model, _pad(samples, 30.0))}
+        if ours not in theirs:
+            float_model = float_model or WhisperModel(str(ct2_dir), device="cpu", compute_type="float32", cpu_threads=2)
+            theirs.add(_faster_whisper_text(float_model, _pad(samples, 30.0)))
+        if ours not in theirs:
+            mismatches.append((text, ours, sorted(theirs)))
+    assert not mismatches, f"ONNX vs faster-whisper int8/float32 (phrase, ours, theirs): {mismatches}"
 
 
 def test_short_window_transcribes_commands(onnx_model, clips):
