@@ -30,8 +30,11 @@ async function init(msg) {
   const table = JSON.parse(new TextDecoder().decode(msg.tokens));
   const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder), createSession(ort, msg.decoder)]);
   whisper = new Whisper(ort, encoder, decoder, table);
-  const warm = await whisper.transcribe(new Float32Array(settings.sampleRate), settings);
-  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, warmupMs: warm.totalMs });
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads });
+  // The first run of a session is slow (allocation, kernel set-up): pay it now, queued like any decode, so it
+  // never delays `voxline:ready` and a real request waits for it only if it comes within the first second.
+  queue.push({ warmUp: true, final: false });
+  if (!current) drain();
 }
 
 /**
@@ -64,6 +67,10 @@ async function drain() {
     const request = current;
     const started = performance.now();
     try {
+      if (request.warmUp) {
+        await whisper.transcribe(new Float32Array(settings.sampleRate), settings);
+        continue;
+      }
       const audio = ring.read(request.start, request.end);
       const result = await whisper.transcribe(audio, settings, () => request.cancelled);
       if (!result.cancelled) {

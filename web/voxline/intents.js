@@ -50,7 +50,7 @@ export class IntentResolver {
    *   onReady?: (info: {grammar_version: string, load_ms: number, timings: Record<string, number>}) => void,
    *   onError?: (failure: EngineFailure) => void}} [options]
    *   base: the Voxline server (default: where this module is served from); only its intents enter the cache.
-   *   engine: false never starts the engine (cache only).
+   *   engine: false does not start the engine: the cache works alone until `startEngine()`.
    */
   static async create({ base = new URL('..', import.meta.url), lang = 'en', cacheName, maxEntries,
     engine = true, onReady = () => {}, onError = () => {} } = {}) {
@@ -58,6 +58,14 @@ export class IntentResolver {
     const resolver = new IntentResolver(cache, lang);
     if (engine) resolver.#start(onReady, onError);
     return resolver;
+  }
+
+  /**
+   * Start the engine if it is not started yet, e.g. once the speech models are loaded, so that Pyodide's
+   * start-up (seconds of CPU) does not compete with theirs.
+   */
+  startEngine(onReady = () => {}, onError = () => {}) {
+    if (!this.#worker && !this.#failure) this.#start(onReady, onError);
   }
 
   /** @private use `IntentResolver.create()` */

@@ -26,6 +26,8 @@ export const DEFAULTS = Object.freeze({
   maxTurnSecs: 28,
 
   // Whisper.
+  /** wasm threads of the ASR worker (when cross-origin isolated); the listening worker always has one. */
+  asrThreads: 2,
   /** Seconds of silence appended to the utterance in the encoder window (fewer loops; MODELS.md). */
   windowPadSecs: 6,
   /** Smallest encoder window. */

@@ -71,7 +71,9 @@ export class Voxline {
   async load() {
     const started = performance.now();
     try {
-      const intents = IntentResolver.create({ base: this.base }).catch((error) => {
+      // The engine (Pyodide) starts after `ready`: its start-up would slow the speech models' loading, and the
+      // cache answers without it meanwhile.
+      const intents = IntentResolver.create({ base: this.base, engine: false }).catch((error) => {
         this.#fail('intent_cache_unavailable', `Local commands are off: the intent cache could not be opened (${error.message}).`);
         return null;
       });
@@ -79,7 +81,9 @@ export class Voxline {
       const byRole = Object.fromEntries(manifest.models.map((m) => [m.role, m]));
       const wanted = ['browser-asr', 'browser-vad', 'browser-turn'].map((role) => byRole[role]);
       if (wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
+      const fetched = performance.now();
       const files = await loadModels(wanted, this.base, this.onProgress);
+      const loaded = performance.now();
       const [asr, vad, turn] = wanted.map((m) => files[m.name]);
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
 
@@ -89,9 +93,11 @@ export class Voxline {
       const asrReady = whenReady(this.asrWorker, 'speech recognition');
       this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer,
         vadModel: vad['silero_vad_v5.onnx'], turnModel: turn['smart-turn-v3.2.onnx'] });
-      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: 2,
+      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
         encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
+      const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
+        workers_ms: performance.now() - loaded };
       this.intents = await intents;
       this.opus = vadInfo.opus;
       this.#connect();
@@ -103,7 +109,9 @@ export class Voxline {
         isolated: self.crossOriginIsolated,
         threads: asrInfo.threads,
         opus: vadInfo.opus,
+        phases,
       });
+      this.intents?.startEngine();
       return this.ready;
     } catch (error) {
       this.#fail(error.code ?? 'load_failed', error.message);
