@@ -238,6 +238,8 @@ export class Voxline {
     if (turn.final?.id !== msg.id) return; // a speculative decode the speaker talked over
     turn.result = msg;
     if (turn.ended) this.#finish(turn);
+    // The pause's decode is the best partial there is: a complete command in it need not wait for the turn's end.
+    else if (msg.text && msg.confidence >= this.settings.earlyIntentMinConfidence) this.#earlyIntent(turn, msg);
   }
 
   #finish(turn) {
@@ -265,7 +267,8 @@ export class Voxline {
   async #earlyIntent(turn, partial) {
     if (!this.intents || turn.dispatched) return;
     const result = await this.intents.recognize(partial.text).catch(() => null);
-    if (turn.dispatched || turn.final || !isCompleteCommand(result)) return;
+    const stale = turn.final && turn.final.id !== partial.id; // a periodic partial overtaken by the pause's decode
+    if (turn.dispatched || stale || !isCompleteCommand(result)) return;
     const cached = this.intents.peek(partial.text);
     this.#dispatch(turn, cached ? 'cache' : 'local', partial.text, partial.confidence, cached ?? result.match, { early: true });
     if (!cached) this.intents.remember(partial.text, result.match, 'local');
