@@ -27,6 +27,7 @@ export class Endpointer {
   constructor(settings) {
     this.s = settings;
     this.rate = settings.sampleRate;
+    this.pauseId = 0; // increases across turns, so an answer about any earlier pause is recognisably stale
     this.reset();
   }
 
@@ -36,7 +37,6 @@ export class Endpointer {
     this.runStart = -1; // first sample of the current voiced run
     this.turnStart = -1; // first sample of the turn (pre-roll included)
     this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
-    this.pauseId = 0;
     this.turnChecked = false;
   }
 

@@ -18,6 +18,8 @@ export const DEFAULTS = Object.freeze({
   // Endpointing: smart-turn decides early, the silence hangover is the fallback.
   /** Silence after which smart-turn is asked whether the speaker is done. */
   turnCheckSecs: 0.2,
+  /** smart-turn waits at most this long for the pause's speculative decode to finish (they share the CPU). */
+  turnCheckMaxWaitMs: 400,
   /** smart-turn's P(complete) above which the turn ends at once (it is only trusted when confident). */
   turnCompleteProb: 0.7,
   /** Silence that ends a turn whatever smart-turn says (pipecat's default stop_secs is 0.8). */

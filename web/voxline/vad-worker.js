@@ -19,6 +19,7 @@ self.onmessage = async (event) => {
     if (msg.type === 'init') await init(msg);
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'listen') listen(msg.from);
+    else if (msg.type === 'asr-idle') asrIdle(msg.pauseId);
     else if (msg.type === 'stop') running = false;
   } catch (error) {
     self.postMessage({ type: 'error', code: 'vad_failed', message: `Voice detection failed: ${error.message}` });
@@ -99,8 +100,28 @@ async function loop() {
   }
 }
 
+/** @type {{pauseId: number, resolve: () => void}|null} */
+let waitingForAsr = null;
+let asrIdleFor = 0;
+
+/** The page says the pause's speculative decode is done: smart-turn no longer competes with it for the CPU. */
+function asrIdle(pauseId) {
+  asrIdleFor = Math.max(asrIdleFor, pauseId);
+  if (waitingForAsr && waitingForAsr.pauseId <= pauseId) waitingForAsr.resolve();
+}
+
+/** Wait (bounded) for the pause's decode: on two cores, running both at once slows both. */
+function afterAsr(pauseId) {
+  if (asrIdleFor >= pauseId) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, settings.turnCheckMaxWaitMs);
+    waitingForAsr = { pauseId, resolve: () => { clearTimeout(timer); resolve(); } };
+  }).finally(() => { waitingForAsr = null; });
+}
+
 async function handle(ev) {
   if (ev.type === 'turn-check') {
+    await afterAsr(ev.pauseId);
     const started = performance.now();
     const p = await turnProb(lastEightSeconds(ev.start, ev.end));
     self.postMessage({ type: 'turn-prob', pauseId: ev.pauseId, prob: p, ms: performance.now() - started });

@@ -186,7 +186,7 @@ export class Voxline {
     } else if (ev.type === 'pause') {
       // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
       const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-      turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
+      turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true) };
     } else if (ev.type === 'resume') {
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
       turn.final = null;
@@ -236,6 +236,7 @@ export class Voxline {
       return;
     }
     if (turn.final?.id !== msg.id) return; // a speculative decode the speaker talked over
+    if (turn.final.pauseId) this.vadWorker.postMessage({ type: 'asr-idle', pauseId: turn.final.pauseId });
     turn.result = msg;
     if (turn.ended) this.#finish(turn);
     // The pause's decode is the best partial there is: a complete command in it need not wait for the turn's end.

@@ -96,7 +96,7 @@ class VoxlinePage:
     def timeline(self) -> list[str]:
         """The events as short lines, for assertion messages."""
         keys = ("text", "final", "intent", "source", "confidence", "reason", "end_t", "lag_s", "turn_prob",
-                "turn_check_ms", "code", "message")
+                "turn_check_ms", "early", "code", "message")
         return [f"{e['audio_t']:.2f} {e['name']} " + " ".join(f"{k}={e[k]!r}" for k in keys if k in e)
                 for e in self.events()]
 
