@@ -39,9 +39,15 @@ def spoken(tmp_path_factory):
     return path, placed, len(audio) / RATE
 
 
+# smart-turn separates finished from unfinished turns at chance on espeak-ng speech (MODELS.md), so it would end
+# some of these turns at a pause between words; this test is about recognition, so turns end on silence alone.
+# Endpointing is tested on hibari speech (test_backend_turn, test_local_intents, `voxline bench asr`).
+SILENCE_ENDPOINTING = "&vx.turnCompleteProb=2"
+
+
 def test_utterances_are_transcribed_on_the_device(open_voxline, spoken):
     wav, placed, duration_s = spoken
-    vx = open_voxline(wav)
+    vx = open_voxline(wav, SILENCE_ENDPOINTING)
     vx.wait_until_heard(duration_s)
     # The device's own final transcripts (a low-confidence turn may also get the server's, without positions).
     finals = [e for e in vx.events("transcript") if e["final"] and e.get("source") != "server"]
@@ -57,16 +63,19 @@ def test_utterances_are_transcribed_on_the_device(open_voxline, spoken):
 
 def test_events_follow_the_capture_clock(open_voxline, spoken):
     wav, placed, duration_s = spoken
-    vx = open_voxline(wav)
-    vx.wait_for(f"ev.filter(e => e.name === 'speech-end').length >= 3", timeout_s=60)
+    vx = open_voxline(wav, SILENCE_ENDPOINTING)
+    vx.wait_for(f"ev.filter(e => e.name === 'speech-end').length >= 4", timeout_s=60)
     starts, ends = vx.events("speech-start"), vx.events("speech-end")
-    for truth, start, end in zip(placed[:3], starts, ends):
+    # The first turn is heard while Pyodide and the ASR warm-up start (right after `voxline:ready`), so the
+    # listening worker may run late then: its positions are checked, its lateness only from the second turn on.
+    for i, (truth, start, end) in enumerate(zip(placed[:4], starts, ends)):
         # speech-start reports where voiced audio began; it fires a little later (the minimum speech length).
         assert abs(start["start_t"] - truth.start_s) < END_TOLERANCE_S, (truth, start)
         assert start["audio_t"] >= start["start_t"]
         assert abs(end["end_t"] - truth.end_s) < END_TOLERANCE_S, (truth, end)
         assert end["audio_t"] >= truth.end_s
-        assert end["audio_t"] - truth.end_s < 1.5, "the turn should end within the silence hangover"
+        if i > 0:
+            assert end["audio_t"] - truth.end_s < 1.5, "the turn should end within the silence hangover"
 
 
 def test_silence_gives_no_transcript(open_voxline, tmp_path):
