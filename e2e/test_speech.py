@@ -29,6 +29,7 @@ UTTERANCES = [
     ("go back to the previous track", "en-us+f3"),
 ]
 END_TOLERANCE_S = 0.35
+UNVOICED_ONSET_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,8 @@ def test_events_follow_the_capture_clock(open_voxline, spoken):
     # listening worker may run late then: its positions are checked, its lateness only from the second turn on.
     for i, (truth, start, end) in enumerate(zip(placed[:4], starts, ends)):
         # speech-start reports where voiced audio began; it fires a little later (the minimum speech length).
-        assert abs(start["start_t"] - truth.start_s) < END_TOLERANCE_S, (truth, start)
+        # Silero marks voicing: an unvoiced onset ("s" of "skip this song") is heard but not yet called speech.
+        assert -END_TOLERANCE_S < start["start_t"] - truth.start_s < UNVOICED_ONSET_S, (truth, start)
         assert start["audio_t"] >= start["start_t"]
         assert abs(end["end_t"] - truth.end_s) < END_TOLERANCE_S, (truth, end)
         assert end["audio_t"] >= truth.end_s
