@@ -29,8 +29,9 @@ class PlayerProcessor extends AudioWorkletProcessor {
   }
 
   finish(reason) {
-    if (this.replyId === null) return;
+    // Answered even when idle (the reply ended a moment ago): whoever asked to stop is waiting for the answer.
     this.port.postMessage({ type: 'finished', replyId: this.replyId, reason, playedSamples: this.played });
+    if (this.replyId === null) return;
     this.reset(null);
   }
 

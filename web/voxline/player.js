@@ -33,7 +33,8 @@ export class ReplyPlayer {
     this.node.port.onmessage = ({ data }) => {
       if (data.type === 'first') this.onFirstSample(data.replyId);
       else if (data.type === 'finished') {
-        if (this.current === data.replyId) this.current = null;
+        if (data.replyId === null && data.reason === 'done') return;
+        if (this.current === data.replyId || data.replyId === null) this.current = null;
         const info = { replyId: data.replyId, reason: data.reason, playedMs: (1000 * data.playedSamples) / this.rate };
         this.stopping?.(info);
         this.stopping = null;

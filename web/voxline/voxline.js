@@ -338,7 +338,8 @@ export class Voxline {
     this.activeServerTurn = null;
     if (this.player?.playing) { // also the tail of a reply the server has finished sending
       const { replyId, playedMs } = await this.player.stop();
-      this.link?.bargeIn(replyId, playedMs);
+      const heardTurn = replyId ?? turnId; // null: playback had just ended, all of it was heard
+      if (heardTurn != null) this.link?.bargeIn(heardTurn, replyId === null ? Number.MAX_SAFE_INTEGER : playedMs);
     } else if (turnId != null) {
       this.link?.bargeIn(turnId, 0);
     }
