@@ -19,10 +19,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from voxline.config import Settings
     from voxline.server.app import create_app
 
-    settings = Settings.from_env(host=args.host, port=args.port, llm_model=args.llm)
-    app = create_app(settings)
+    overrides = {"host": args.host, "port": args.port, "llm_model": args.llm, "workers": args.workers,
+                 "batching": None if args.batching is None else args.batching == "on",
+                 "otlp_endpoint": args.otlp_endpoint}
+    settings = Settings.from_env(**overrides)
     print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level)
+    if settings.workers <= 1:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
+        return 0
+    # Each worker process builds its own app (and loads its own models) from the environment, so the flags
+    # travel as VOXLINE_* variables. Checked here first, so a missing model is refused once, in this process.
+    create_app(settings)
+    for name, value in overrides.items():
+        if value is not None:
+            os.environ[f"VOXLINE_{name.upper()}"] = ("on" if value else "off") if isinstance(value, bool) else str(value)
+    uvicorn.run("voxline.server.app:app_from_env", factory=True, host=settings.host, port=settings.port,
+                workers=settings.workers, log_level=args.log_level)
     return 0
 
 
@@ -108,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="address to bind (default 127.0.0.1; VOXLINE_HOST)")
     serve.add_argument("--port", type=int, default=None, help="port (default 8000; VOXLINE_PORT)")
     serve.add_argument("--llm", default=None, help="manifest name of the LLM (VOXLINE_LLM_MODEL)")
+    serve.add_argument("--workers", type=int, default=None,
+                       help="server processes sharing the port, each with its own models (default 1; VOXLINE_WORKERS)")
+    serve.add_argument("--batching", choices=["on", "off"], default=None,
+                       help="dynamic LLM batching with priority lanes, or one reply at a time (VOXLINE_BATCHING)")
+    serve.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                       help="export OpenTelemetry traces to this OTLP/HTTP traces URL (VOXLINE_OTLP_ENDPOINT)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_cmd_serve)
 

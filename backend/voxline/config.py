@@ -43,6 +43,35 @@ class Settings:
     """When set, `hello` must carry this token; empty means no authentication (local use)."""
     web_dir: Path = REPO_ROOT / "web"
     node_modules_dir: Path = REPO_ROOT / "node_modules"
+    # Serving under load (see voxline/scheduler.py for what each number means).
+    batching: bool = True
+    """Dynamic batching with priority lanes; off = one reply at a time, first come first served."""
+    default_user_tier: int = 3
+    """Service tier (1-5) of a session whose site key does not give one."""
+    trust_client_tier: bool = False
+    """Take the tier from `hello.capabilities.tier` (a trusted client: the load generator, a host's own backend)."""
+    scheduler_confidence_weight: float = 0.6
+    scheduler_tier_weight: float = 0.25
+    scheduler_wait_penalty_per_ms: float = 0.001
+    scheduler_wait_grace_ms: float = 200.0
+    scheduler_high_min_priority: float = 0.85
+    scheduler_high_max_batch: int = 4
+    scheduler_high_max_wait_ms: float = 80.0
+    scheduler_normal_min_priority: float = 0.6
+    scheduler_normal_max_batch: int = 8
+    scheduler_normal_max_wait_ms: float = 150.0
+    scheduler_bulk_max_batch: int = 16
+    scheduler_bulk_max_wait_ms: float = 300.0
+    scheduler_low_confidence_below: float = 0.4
+    scheduler_low_confidence_max_batch: int = 2
+    scheduler_low_confidence_max_wait_ms: float = 20.0
+    scheduler_queue_limit: int = 64
+    """LLM requests waiting beyond which new turns get `error {code: "overloaded", retry_after_ms}`."""
+    workers: int = 1
+    """Server processes (`voxline serve --workers N`); each loads its own models and serves its own sessions."""
+    otlp_endpoint: str = ""
+    """OTLP/HTTP traces endpoint (`http://collector:4318/v1/traces`); empty = tracing off, unless the standard
+    `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables are set."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Settings:
@@ -62,6 +91,12 @@ class Settings:
 
 
 def _coerce(name: str, raw: str, kind: object) -> object:
+    if kind in (bool, "bool"):
+        if raw.lower() in ("1", "true", "on", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "off", "no"):
+            return False
+        raise ValueError(f"VOXLINE_{name.upper()}={raw!r} is not on/off")
     if kind in (int, "int"):
         try:
             return int(raw)

@@ -83,10 +83,64 @@ class Unauthorized(ProtocolError):
     code = "unauthorized"
 
 
+class Unauthenticated(Unauthorized):
+    """The server has site keys and the session has no valid token for one: missing, malformed, expired, signed
+    for another origin or with another secret, or naming an unknown key; the connection is closed."""
+
+    code = "unauthenticated"
+
+
+class OriginNotAllowed(Unauthorized):
+    """The page's `Origin` is not on the server's allowlist, or not among its site key's origins; the connection
+    (or the `/token` request) is refused."""
+
+    code = "origin_not_allowed"
+
+
+class TooManySessions(ProtocolError):
+    """A cap on concurrent sessions (per client address, per site key) is reached; the connection is closed."""
+
+    code = "too_many_sessions"
+
+
+class RateLimited(ProtocolError):
+    """The client sends frames faster than its budget: the extra frames are dropped unread."""
+
+    code = "rate_limited"
+
+
+class IdleTimeout(ProtocolError):
+    """The session sent nothing for too long while listening (or no `hello` after connecting); it is closed."""
+
+    code = "idle_timeout"
+
+
+class SlowConsumer(ProtocolError):
+    """The client does not read fast enough: the reply audio waiting for it passed its bound and was dropped."""
+
+    code = "slow_consumer"
+
+
 class TurnError(VoxlineError):
     """A model failed while answering a turn; the client gets an apology and the session goes on."""
 
     code = "turn_failed"
+
+
+class Overloaded(TurnError):
+    """The server's LLM queue is full: the turn was not admitted. `retry_after_ms` is a hint for the client."""
+
+    code = "overloaded"
+
+    def __init__(self, message: str, retry_after_ms: int) -> None:
+        super().__init__(message)
+        self.retry_after_ms = retry_after_ms
+
+
+class ServerRestarting(TurnError):
+    """The server is shutting down: a new turn (or connection) is refused; reconnect in a moment."""
+
+    code = "server_restarting"
 
 
 class ASRError(TurnError):

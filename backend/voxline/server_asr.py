@@ -60,7 +60,8 @@ def decode_opus(
             chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(frame))
         chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
     except (av.FFmpegError, ValueError) as exc:
-        raise ASRError(f"the turn's Opus audio could not be decoded: {exc}") from exc
+        raise ASRError(f"the turn's Opus audio could not be decoded ({exc}): send each packet as WebCodecs' "
+                       "AudioEncoder emits it, one per binary frame, with its decoderConfig in turn.start") from exc
     return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
 
 

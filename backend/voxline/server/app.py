@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -31,9 +31,11 @@ from voxline.models import Manifest, load_manifest
 from voxline.models.supply import is_current, require_models
 from voxline.server.cors import CrossOriginMiddleware
 from voxline.server.headers import IsolationHeadersMiddleware
+from voxline.server.metrics import ServerMetrics
 from voxline.server.session import Engines
 from voxline.server.widget import widget_routes
 from voxline.server.ws import websocket_endpoint
+from voxline.telemetry import Telemetry
 
 # Module scripts and wasm must carry these types or browsers refuse them (Python 3.11 does not know .mjs).
 mimetypes.add_type("text/javascript", ".mjs")
@@ -90,18 +92,22 @@ def _require_dirs(settings: Settings) -> None:
             raise VoxlineError(f"{folder} does not exist: run `bash scripts/setup.sh` (it runs `npm ci`)")
 
 
-def create_app(settings: Settings | None = None, manifest: Manifest | None = None) -> Starlette:
-    """Build the app; refuses (ModelMissing) when a model it serves or needs is not built and verified."""
+def create_app(settings: Settings | None = None, manifest: Manifest | None = None, *,
+               telemetry: Telemetry | None = None) -> Starlette:
+    """Build the app; refuses (ModelMissing) when a model it serves or needs is not built and verified.
+
+    `telemetry` defaults to what the settings configure (tracing off unless an OTLP endpoint is set).
+    """
     settings = settings or Settings.from_env()
     manifest = manifest or load_manifest()
     browser_models = [m.name for m in manifest.models if m.browser]
     require_models(manifest, browser_models + settings.server_models())
     _require_dirs(settings)
     started = time.time()
-    registry = CollectorRegistry()
-    Gauge("voxline_up_seconds", "Seconds since the server started", registry=registry).set_function(
-        lambda: time.time() - started
-    )
+    telemetry = telemetry or Telemetry.from_settings(settings.otlp_endpoint)
+    server_metrics = ServerMetrics()
+    registry = server_metrics.registry
+    server_metrics.gauge("voxline_up_seconds", "Seconds since the server started", lambda: time.time() - started)
     # Set by the lifespan as each model is loaded into memory (the server ASR only when a turn first needs it).
     loaded: dict[str, bool] = {}
 
@@ -149,11 +155,18 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Loaded once per process, before the first connection is accepted, and shared by every session.
-        app.state.engines = await asyncio.to_thread(
-            Engines.load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True)
+        engines = await asyncio.to_thread(
+            Engines.load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True),
+            metrics=server_metrics, telemetry=telemetry,
         )
+        app.state.engines = engines
         app.state.sessions = {}
+        scheduler = engines.scheduler
+        server_metrics.gauge("voxline_active_sessions", "Open WebSocket sessions", lambda: len(app.state.sessions))
+        server_metrics.watch_scheduler(scheduler)
         yield
+        await asyncio.to_thread(scheduler.close, 5.0)
+        telemetry.shutdown()
 
     routes = [
         WebSocketRoute("/ws", websocket_endpoint),
@@ -170,3 +183,8 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     ]
     middleware = [Middleware(IsolationHeadersMiddleware), Middleware(CrossOriginMiddleware)]
     return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+
+
+def app_from_env() -> Starlette:
+    """The app of one worker process of `voxline serve --workers N` (settings from `VOXLINE_*` variables)."""
+    return create_app(Settings.from_env())

@@ -46,6 +46,10 @@ MAX_TURN_AUDIO_SECONDS = 30.0
 """Longest turn audio accepted for server re-recognition (Whisper's window)."""
 PCM16_UPLINK_RATE_HZ = 16_000
 """Sample rate of `pcm16` uplink audio (mono, 16-bit little-endian)."""
+MAX_FRAME_BYTES = 1024 * 1024
+"""Largest WebSocket frame a client may send, for the server to give uvicorn as `ws_max_size`: above any text frame
+(`MAX_TEXT_FRAME_BYTES`) and above `MAX_TURN_AUDIO_SECONDS` of PCM16 in one binary frame (960 kB plus its header).
+uvicorn refuses a larger frame from its header (close 1009) before buffering it; its own default is 16 MiB."""
 REPLY_AUDIO_RATE_HZ = 24_000
 """Sample rate of the reply audio frames (mono, 16-bit little-endian)."""
 
@@ -68,6 +72,12 @@ class Capabilities(msgspec.Struct, frozen=True):
     """It can send raw PCM16 at `PCM16_UPLINK_RATE_HZ`."""
     sample_rate: Annotated[int, msgspec.Meta(gt=0)] = PCM16_UPLINK_RATE_HZ
     """Rate of its `pcm16` uplink; version 1 accepts only `PCM16_UPLINK_RATE_HZ`."""
+    reply_audio: bool = True
+    """It plays reply audio. A text-only client (a chat box, a page that speaks with its own voice) says false:
+    the server then runs no TTS for it and sends no audio frames, only text."""
+    tier: Annotated[int, msgspec.Meta(ge=1, le=5)] | None = None
+    """The user's service tier (1-5) as the client believes it; the server uses it only when its key allows
+    (see `Settings.trust_client_tier`), else the server's own default tier."""
 
 
 class OpusConfig(msgspec.Struct, frozen=True):
@@ -85,7 +95,8 @@ class OpusConfig(msgspec.Struct, frozen=True):
         try:
             return base64.b64decode(self.description, validate=True)
         except ValueError:
-            raise BadMessage("turn.start: opus.description is not base64") from None
+            raise BadMessage("turn.start: opus.description is not base64: send the encoder's description (an "
+                             "OpusHead) as standard base64, or null") from None
 
 
 class Hello(msgspec.Struct, frozen=True, tag="hello", tag_field="type"):
@@ -201,7 +212,18 @@ class Timings(msgspec.Struct, frozen=True, tag="timings", tag_field="type", omit
     first_audio_sent_ms: float | None = None
     llm_ms: float | None = None
     llm_tokens: int | None = None
+    llm_queued_ms: float | None = None
+    """When the turn's LLM request entered the scheduler's queue."""
+    llm_batch_ms: float | None = None
+    """When the batch holding the request started on the model."""
+    batch_size: int | None = None
+    """How many requests that batch ran together."""
+    lane: str | None = None
+    """The scheduler lane ("high", "normal", "bulk", "low_confidence", "fifo") that served the request."""
     total_ms: float | None = None
+    stages: dict[str, float] | None = None
+    """Durations (ms) of the path to the first reply audio: asr, intent, queue, prefill, decode, tts, transport.
+    Their sum is `first_audio_sent_ms`; the largest is the stage that dominated (the slow-turn report)."""
 
 
 class ErrorMessage(msgspec.Struct, frozen=True, tag="error", tag_field="type", omit_defaults=True):
@@ -210,6 +232,8 @@ class ErrorMessage(msgspec.Struct, frozen=True, tag="error", tag_field="type", o
     code: str
     message: str
     turn_id: int | None = None
+    retry_after_ms: int | None = None
+    """With `overloaded`: try again after about this long (the server's queue was full)."""
 
 
 ServerMessage = Welcome | Transcript | IntentMessage | ReplyDelta | ReplyDone | Timings | ErrorMessage
@@ -218,14 +242,37 @@ _encoder = msgspec.json.Encoder()
 _server_decoder = msgspec.json.Decoder(ServerMessage)
 
 
+CLIENT_MESSAGE_TYPES = tuple(kind.__struct_config__.tag for kind in ClientMessage.__args__)
+"""The `type` of every message a client may send."""
+_ERROR_DETAIL_CHARS = 200
+"""msgspec quotes the offending value; an error message need not echo a whole hostile frame back."""
+
+
 def parse_client_message(data: str | bytes) -> ClientMessage:
-    """Parse one JSON text frame; anything malformed or unknown raises `BadMessage` with a readable reason."""
+    """Parse one JSON text frame; anything malformed or unknown raises `BadMessage` saying what and what to do."""
     if len(data) > MAX_TEXT_FRAME_BYTES:
-        raise BadMessage(f"text frame of {len(data)} bytes is over the {MAX_TEXT_FRAME_BYTES}-byte limit")
+        unit = "bytes" if isinstance(data, bytes | bytearray) else "characters"
+        raise BadMessage(f"text frame of {len(data)} {unit} is over the {MAX_TEXT_FRAME_BYTES}-byte limit: send "
+                         "control messages as small JSON objects, and audio in binary frames")
     try:
         return _client_decoder.decode(data)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass: both are the client's fault
-        raise BadMessage(str(exc)) from None
+        raise BadMessage(_explain(str(exc))) from None
+    except UnicodeEncodeError:  # a str with lone surrogates (a WebSocket text frame never has them)
+        raise BadMessage("text frame is not valid Unicode (a lone surrogate): send UTF-8 JSON") from None
+
+
+def _explain(reason: str) -> str:
+    """msgspec's reason, clipped, with what the client should do about it."""
+    if len(reason) > _ERROR_DETAIL_CHARS:
+        reason = reason[:_ERROR_DETAIL_CHARS] + "…"
+    if reason.startswith(("JSON is malformed", "Input data was truncated", "Invalid UTF-8")):
+        return f"text frame is not JSON ({reason}): send one JSON object per text frame"
+    if reason.endswith(("at `$.type`", "field `type`")):
+        return f"{reason}: a client message's `type` is one of {', '.join(CLIENT_MESSAGE_TYPES)}"
+    if reason.startswith("Expected `object`") and " - at " not in reason:
+        return f"{reason}: send one JSON object per text frame"
+    return f"{reason}: fix that field (docs/protocol.md lists each message's fields and their ranges)"
 
 
 def encode_message(message: ServerMessage | ClientMessage) -> str:
@@ -291,14 +338,16 @@ def encode_audio_frame(kind: AudioKind, turn_id: int, payload: bytes) -> bytes:
 def parse_audio_frame(data: bytes) -> AudioFrame:
     """Parse an uplink binary frame; a short frame, an unknown kind or odd-length PCM raises `BadMessage`."""
     if len(data) <= UPLINK_HEADER_BYTES:
-        raise BadMessage(f"binary frame of {len(data)} bytes: the header alone is {UPLINK_HEADER_BYTES}")
+        raise BadMessage(f"binary frame of {len(data)} bytes has no audio: send the {UPLINK_HEADER_BYTES}-byte header "
+                         "(kind, flags, reserved, turn_id) followed by the audio")
     code, _flags, _reserved, turn_id = _UPLINK_HEADER.unpack_from(data)
     kind = _UPLINK_KINDS.get(code)
     if kind is None:
-        raise BadMessage(f"binary frame kind 0x{code:02x} is not an uplink audio kind")
+        raise BadMessage(f"binary frame kind 0x{code:02x} is not an uplink audio kind: use 0x{FRAME_OPUS:02x} (one "
+                         f"Opus packet) or 0x{FRAME_PCM16:02x} (PCM16)")
     payload = bytes(data[UPLINK_HEADER_BYTES:])
     if kind == "pcm16" and len(payload) % 2:
-        raise BadMessage("pcm16 frame with an odd number of bytes")
+        raise BadMessage(f"pcm16 frame of {len(payload)} bytes, an odd number: send whole 16-bit samples")
     return AudioFrame(kind, turn_id, payload)
 
 

@@ -42,7 +42,9 @@ from voxline.errors import (
     BadMessage,
     IllegalState,
     LimitExceeded,
+    Overloaded,
     ProtocolError,
+    TTSError,
     TurnError,
     Unauthorized,
     UnsupportedLanguage,
@@ -51,9 +53,12 @@ from voxline.errors import (
 )
 from voxline.intents import Grammar, GrammarError, Match, builtin_grammar
 from voxline.llm import LLM, GenerationRequest
+from voxline.scheduler import SchedulerConfig, Ticket, TurnScheduler
 from voxline.server import protocol as p
+from voxline.server.metrics import ServerMetrics
 from voxline.server.resolver import IntentResolver
 from voxline.server_asr import ServerASR, decode_opus, decode_pcm16
+from voxline.telemetry import StageSpan, Telemetry
 from voxline.tts import Synthesizer, load_synthesizer, to_pcm16
 
 log = logging.getLogger(__name__)
@@ -103,10 +108,21 @@ class Engines:
     llm: LLM
     tts: Synthesizer
     asr: ServerASR
+    metrics: ServerMetrics = field(default_factory=ServerMetrics)
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    scheduler: TurnScheduler | None = None
+    """Every LLM request goes through it; built from `settings` when not given."""
+
+    def __post_init__(self) -> None:
+        if self.scheduler is None:
+            self.scheduler = TurnScheduler(
+                self.llm.generate, SchedulerConfig.from_settings(self.settings),
+                on_batch=lambda b: self.metrics.observe_batch(b.lane, b.size, b.seconds))
 
     @classmethod
     def load(cls, settings: Settings, model_dir: Callable[[str], object],
-             on_loaded: Callable[[str], None] = lambda name: None) -> Engines:
+             on_loaded: Callable[[str], None] = lambda name: None, *,
+             metrics: ServerMetrics | None = None, telemetry: Telemetry | None = None) -> Engines:
         """Load the LLM and TTS now (warmed up), the server ASR lazily; `on_loaded(name)` after each model."""
         grammar = builtin_grammar()
         llm = LLM(model_dir(settings.llm_model))
@@ -116,7 +132,8 @@ class Engines:
         if settings.tts_engine == "hibari":
             on_loaded(settings.tts_model)
         asr = ServerASR(model_dir(settings.server_asr_model), on_loaded=lambda: on_loaded(settings.server_asr_model))
-        return cls(settings, grammar, IntentResolver(grammar), llm, tts, asr)
+        return cls(settings, grammar, IntentResolver(grammar), llm, tts, asr,
+                   metrics or ServerMetrics(), telemetry or Telemetry())
 
 
 @dataclass
@@ -172,6 +189,8 @@ class Turn:
     turn_id: int
     text: str
     started: float = field(default_factory=time.perf_counter)
+    started_ns: int = field(default_factory=time.time_ns)
+    """Wall clock of `started`, for trace spans."""
     confidence: float | None = None
     audio: p.AudioKind | None = None
     want_server_asr: bool = False
@@ -189,6 +208,14 @@ class Turn:
     task: asyncio.Task | None = None
     marks: dict[str, float] = field(default_factory=dict)
     llm_tokens: int | None = None
+    ticket: Ticket | None = None
+    """The turn's LLM request in the scheduler: its queueing and batch."""
+    error: str | None = None
+    """The error code the turn failed with."""
+
+    def mark_at(self, name: str, at: float) -> None:
+        """Record `name` at perf_counter time `at` (a time taken on another thread)."""
+        self.marks.setdefault(name, (at - self.started) * 1000.0)
 
     def mark(self, name: str) -> None:
         """Record `name` as milliseconds since the turn began (the first mark of a name wins)."""
@@ -207,6 +234,11 @@ class Session:
         self.lang = "en"
         self.capabilities = p.Capabilities()
         self.history = DialogHistory(self.settings.history_exchanges)
+        self.tier = self.settings.default_user_tier
+        """The user's service tier (1-5), one input of the scheduler's priority."""
+        self.turns = 0
+        self.span = None
+        """The conversation's trace span (None when tracing is off)."""
         self.turn: Turn | None = None
         """The turn in progress (RECEIVING_AUDIO, THINKING, SPEAKING)."""
         self.last_turn: Turn | None = None
@@ -248,19 +280,36 @@ class Session:
         turn_id = getattr(message, "turn_id", None)
         try:
             if self.state not in ACCEPTS[type(message)]:
-                raise IllegalState(f"{_describe(message)} is not accepted while {self.state.value}")
+                raise IllegalState(f"{_describe(message)} is not accepted while {self.state.value}: "
+                                   f"{self._next_step(message)}")
             await self._handlers[type(message)](message)
         except ProtocolError as exc:
             self._reject(exc, turn_id)
         else:
             self._bad_frames = 0
 
+    def _next_step(self, message: object) -> str:
+        """What a client whose `message` was illegal in the current state should do instead."""
+        if isinstance(message, p.Hello):
+            return "hello is only the first message"
+        turn = self.turn.turn_id if self.turn else None
+        return {
+            _S.HANDSHAKE: "send hello first",
+            _S.LISTENING: "start a turn with turn.start or text first",
+            _S.RECEIVING_AUDIO: f"finish turn {turn} with turn.audio_end, or drop it with barge_in",
+            _S.THINKING: f"wait for turn {turn}'s reply.done, or send barge_in for it first",
+            _S.SPEAKING: f"wait for turn {turn}'s reply.done, or send barge_in for it first",
+            _S.CLOSED: "the session is over: open a new connection",
+        }[self.state]
+
     async def close(self) -> None:
         """The connection is gone or closing: stop the turn in progress, without answering it."""
         turn, self.turn = self.turn, None
         self.state = SessionState.CLOSED
         if turn is not None:
-            await _stop(turn)
+            await _stop(turn, self.engines.scheduler)
+        self.engines.telemetry.end_conversation(self.span)
+        self.span = None
 
     # ------------------------------------------------------------------------------------------------ handlers
 
@@ -280,9 +329,13 @@ class Session:
             return
         caps = hello.capabilities
         if caps.pcm16 and caps.sample_rate != p.PCM16_UPLINK_RATE_HZ:
-            raise BadMessage(f"pcm16 uplink must be {p.PCM16_UPLINK_RATE_HZ} Hz, not {caps.sample_rate}")
+            raise BadMessage(f"pcm16 uplink must be {p.PCM16_UPLINK_RATE_HZ} Hz, not {caps.sample_rate}: resample "
+                             f"to {p.PCM16_UPLINK_RATE_HZ} Hz (or announce pcm16 false) and send hello again")
         self.lang, self.capabilities = hello.lang, caps
+        if caps.tier is not None and self.settings.trust_client_tier:
+            self.tier = caps.tier
         self.state = SessionState.LISTENING
+        self.span = self.engines.telemetry.start_conversation(self.id)
         self._send(p.Welcome(
             session_id=self.id,
             v=p.PROTOCOL_VERSION,
@@ -303,7 +356,8 @@ class Session:
     async def _on_turn_start(self, start: p.TurnStart) -> None:
         self._claim_turn_id(start.turn_id)
         if start.audio is not None and not getattr(self.capabilities, start.audio):
-            raise BadMessage(f"turn.start: audio {start.audio!r} was not announced in hello.capabilities")
+            raise BadMessage(f"turn.start: audio {start.audio!r} was not announced in hello.capabilities: send "
+                             "the kind that was, or none")
         if start.opus is not None:
             start.opus.description_bytes()  # a bad description is the client's error now, not an ASR failure later
         turn = Turn(start.turn_id, start.transcript, confidence=start.confidence, audio=start.audio,
@@ -317,9 +371,11 @@ class Session:
     async def _on_audio_frame(self, frame: p.AudioFrame) -> None:
         turn = self.turn
         if frame.turn_id != turn.turn_id:
-            raise IllegalState(f"audio for turn {frame.turn_id} while receiving turn {turn.turn_id}")
+            raise IllegalState(f"audio for turn {frame.turn_id} while receiving turn {turn.turn_id}: send it with "
+                               f"turn_id {turn.turn_id}")
         if frame.kind != turn.audio:
-            raise BadMessage(f"{frame.kind} frame in a turn that announced {turn.audio} audio")
+            raise BadMessage(f"{frame.kind} frame in a turn that announced {turn.audio} audio: send {turn.audio} "
+                             "frames, as turn.start said")
         if turn.audio_overflow:
             return
         full = len(turn.chunks) >= MAX_OPUS_PACKETS if turn.audio == "opus" else (
@@ -327,13 +383,16 @@ class Session:
         if full:
             # Keep what fits and go on: the first 30 s are still worth recognising; say so once.
             turn.audio_overflow = True
-            raise LimitExceeded(f"turn audio is over {p.MAX_TURN_AUDIO_SECONDS:g} s; the rest is ignored")
+            raise LimitExceeded(f"turn audio is over {p.MAX_TURN_AUDIO_SECONDS:g} s; the rest is ignored (send "
+                                "turn.audio_end sooner)")
         turn.chunks.append(frame.payload)
         turn.audio_bytes += len(frame.payload)
 
     async def _on_audio_end(self, end: p.AudioEnd) -> None:
         if end.turn_id != self.turn.turn_id:
-            raise IllegalState(f"turn.audio_end for turn {end.turn_id} while receiving turn {self.turn.turn_id}")
+            raise IllegalState(f"turn.audio_end for turn {end.turn_id} while receiving turn {self.turn.turn_id}: "
+                               f"send it with turn_id {self.turn.turn_id}")
+        self.turn.mark("audio_end_ms")
         self._begin(self.turn)
 
     async def _on_text(self, message: p.TextTurn) -> None:
@@ -343,12 +402,14 @@ class Session:
     async def _on_barge_in(self, barge: p.BargeIn) -> None:
         if self.state in _IN_TURN:
             if barge.turn_id != self.turn.turn_id:
-                raise IllegalState(f"barge_in for turn {barge.turn_id} while in turn {self.turn.turn_id}")
+                raise IllegalState(f"barge_in for turn {barge.turn_id} while in turn {self.turn.turn_id}: "
+                                   f"send it with turn_id {self.turn.turn_id}")
             await self._interrupt(self.turn, barge.played_ms)
             return
         last = self.last_turn
         if last is None or barge.turn_id != last.turn_id:
-            raise IllegalState(f"barge_in for turn {barge.turn_id}, which is not the current or last turn")
+            raise IllegalState(f"barge_in for turn {barge.turn_id}, which is not the current or last turn: "
+                               "send it with the turn_id of the reply that was playing")
         # The reply was fully sent but the page was still playing it: the turn is over (its reply.done went out),
         # yet the history must forget what the user never heard.
         if last.kind == "llm" and self.history.exchanges:
@@ -364,7 +425,8 @@ class Session:
 
     def _claim_turn_id(self, turn_id: int) -> None:
         if turn_id <= self._last_turn_id:
-            raise BadMessage(f"turn_id {turn_id} is not greater than the previous one ({self._last_turn_id})")
+            raise BadMessage(f"turn_id {turn_id} is not greater than the previous one ({self._last_turn_id}): "
+                             "turn ids increase within a session")
         self._last_turn_id = turn_id
 
     def _begin(self, turn: Turn) -> None:
@@ -390,10 +452,10 @@ class Session:
         except asyncio.CancelledError:
             raise
         except VoxlineError as exc:
-            self._fail(turn, exc)
+            await self._fail(turn, exc)
         except Exception as exc:  # a bug must not kill the session: the client still gets its turn closed
             log.exception("turn %s of session %s failed", turn.turn_id, self.id)
-            self._fail(turn, TurnError(f"internal error: {exc}"))
+            await self._fail(turn, TurnError(f"internal error ({exc}); please try again"))
 
     def _needs_server_asr(self, turn: Turn) -> bool:
         return turn.want_server_asr or (turn.confidence or 0.0) < self.settings.asr_confidence_gate
@@ -435,7 +497,14 @@ class Session:
             max_seconds=self.settings.reply_max_seconds,
             cancel=turn.cancel,
         )
-        generation = asyncio.ensure_future(asyncio.to_thread(self.engines.llm.generate, [request]))
+        scheduler = self.engines.scheduler
+        try:
+            turn.ticket = scheduler.submit(request, confidence=turn.confidence, tier=self.tier, session_id=self.id)
+        except Overloaded:
+            self.engines.metrics.reject("overloaded")
+            raise
+        turn.mark_at("llm_queued_ms", turn.ticket.queued_at)
+        generation = asyncio.wrap_future(turn.ticket.future)
         # Runs after every delta the thread scheduled (same loop queue, scheduled later): None marks the end.
         generation.add_done_callback(lambda _: deltas.put_nowait(None))
         clauses: asyncio.Queue[str | None] = asyncio.Queue()
@@ -451,7 +520,7 @@ class Session:
                     clauses.put_nowait(clause)
                 if speaker.done():
                     speaker.result()  # TTS failed: raise its error now rather than after the whole reply
-            (result,) = await generation
+            result = await generation
             turn.marks["llm_ms"] = result.elapsed_s * 1000.0
             turn.llm_tokens = result.tokens
             for clause in splitter.flush():
@@ -460,7 +529,8 @@ class Session:
             clauses.put_nowait(None)
             await speaker
         finally:
-            turn.cancel.set()  # stops the generator thread at its next token if it is still running
+            turn.cancel.set()  # stops its request at the next token if it is still running
+            scheduler.withdraw(turn.ticket)  # or takes it out of the queue if it never started
             speaker.cancel()
             generation.add_done_callback(_consume_exception)
         self._finish(turn, turn.reply_text.strip())
@@ -471,12 +541,13 @@ class Session:
 
     async def _speak_clause(self, turn: Turn, clause: str) -> None:
         text = speakable(clause)
-        if not text:
+        if not text or not self.capabilities.reply_audio:
             return
         samples = await asyncio.to_thread(self.engines.tts.synthesize, text)
         if samples.size == 0:
             return  # nothing pronounceable (an emoji): no frames, and no clause for played_ms to count
         turn.mark("tts_first_audio_ms")
+        turn.marks["tts_done_ms"] = (time.perf_counter() - turn.started) * 1000.0
         self._queue_audio(turn, text, samples)
 
     def _queue_audio(self, turn: Turn, text: str, samples: np.ndarray) -> None:
@@ -504,14 +575,22 @@ class Session:
         self.turn, self.last_turn = None, turn
         self.state = SessionState.LISTENING
 
-    def _fail(self, turn: Turn, error: VoxlineError) -> None:
+    async def _fail(self, turn: Turn, error: VoxlineError) -> None:
+        """End a failed turn: the `error`, then the apology as its reply, spoken too unless speech itself failed."""
         log.warning("turn %s of session %s: %s: %s", turn.turn_id, self.id, error.code, error.message)
+        turn.error = error.code
         turn.kind = None  # a failed exchange stays out of the history: the model would imitate its broken reply
-        self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn.turn_id))
+        self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn.turn_id,
+                                  retry_after_ms=getattr(error, "retry_after_ms", None)))
+        if not isinstance(error, TTSError):
+            try:
+                await self._speak_clause(turn, APOLOGY)
+            except Exception:  # the apology stays text-only; the turn must still end
+                log.warning("turn %s of session %s: the apology could not be spoken", turn.turn_id, self.id)
         self._finish(turn, APOLOGY)
 
     async def _interrupt(self, turn: Turn, played_ms: float) -> None:
-        await _stop(turn)
+        await _stop(turn, self.engines.scheduler)
         dropped = self.outbox.drop_audio(turn.turn_id)
         heard = heard_text(turn.clauses, played_ms)
         log.info("turn %s of session %s interrupted at %.0f ms (%d frames unsent)",
@@ -519,15 +598,66 @@ class Session:
         self._finish(turn, heard, interrupted=True)
 
     def _timings(self, turn: Turn, interrupted: bool) -> str:
+        """The `timings` message, encoded as it is sent (after the first audio went out); also records the turn
+        in the metrics and the trace."""
         marks = turn.marks
+        total_ms = (time.perf_counter() - turn.started) * 1000.0
+        ticket = turn.ticket
+        if ticket is not None and ticket.dispatched_at is not None:
+            turn.mark_at("llm_batch_ms", ticket.dispatched_at)
+        stages = first_audio_stages(marks)
         timings = p.Timings(
             turn_id=turn.turn_id, interrupted=interrupted, llm_tokens=turn.llm_tokens,
-            total_ms=(time.perf_counter() - turn.started) * 1000.0,
+            total_ms=round(total_ms, 1),
+            batch_size=ticket.batch_size if ticket else None, lane=ticket.lane.name if ticket else None,
+            stages={k: round(v, 1) for k, v in stages.items()} or None,
             **{k: round(marks[k], 1) for k in _TIMING_MARKS if k in marks},
         )
         encoded = p.encode_message(timings)
-        log.info("session %s turn timings %s", self.id, encoded)
+        log.debug("session %s turn timings %s", self.id, encoded)
+        self._observe(turn, interrupted, total_ms, stages)
         return encoded
+
+    def _observe(self, turn: Turn, interrupted: bool, total_ms: float, stages: dict[str, float]) -> None:
+        kind = turn.kind or ("failed" if turn.error else "empty")
+        outcome = "failed" if turn.error else "interrupted" if interrupted else "ok"
+        first_audio = turn.marks.get("first_audio_sent_ms")
+        self.engines.metrics.observe_turn(
+            kind=kind, outcome=outcome, total_ms=total_ms, first_audio_ms=first_audio, stages=stages,
+            describe=lambda: f"{turn.turn_id} of session {self.id}")
+        telemetry = self.engines.telemetry
+        if telemetry.enabled:
+            self.turns += 1
+            telemetry.record_turn(
+                self.span, number=self.turns, started_ns=turn.started_ns, duration_ms=total_ms, turn_type=kind,
+                interrupted=interrupted, error=turn.error, stages=self._stage_spans(turn),
+                attributes={"voxline.turn_id": turn.turn_id, "voxline.session_id": self.id})
+
+    def _stage_spans(self, turn: Turn) -> list[StageSpan]:
+        """The asr / intent / llm / tts spans of a finished turn, from its marks."""
+        m, spans = turn.marks, []
+        begin = m.get("audio_end_ms", 0.0)
+        if "asr_ms" in m:
+            spans.append(StageSpan("asr", begin, m["asr_ms"], m["asr_ms"] - begin,
+                                   {"gen_ai.request.model": self.engines.asr.folder.name}))
+            begin = m["asr_ms"]
+        if "intent_ms" in m:
+            spans.append(StageSpan("intent", begin, m["intent_ms"], attributes={"voxline.intent": turn.kind == "intent"}))
+        ticket = turn.ticket
+        if "llm_queued_ms" in m:
+            end = m.get("llm_batch_ms", m["llm_queued_ms"]) + m.get("llm_ms", 0.0)
+            attributes = {"gen_ai.system": "ctranslate2", "gen_ai.operation.name": "chat",
+                          "gen_ai.request.model": self.engines.llm.name,
+                          "gen_ai.usage.output_tokens": turn.llm_tokens or 0,
+                          "voxline.lane": ticket.lane.name, "voxline.batch_size": ticket.batch_size or 0,
+                          "voxline.queue_ms": ticket.queue_ms or 0.0}
+            ttfb = m["llm_first_token_ms"] - m["llm_queued_ms"] if "llm_first_token_ms" in m else None
+            spans.append(StageSpan("llm", m["llm_queued_ms"], end, ttfb, attributes))
+        if "tts_first_audio_ms" in m:
+            start = m.get("first_clause_ms", m.get("intent_ms", 0.0))
+            spans.append(StageSpan("tts", start, m.get("tts_done_ms", m["tts_first_audio_ms"]),
+                                   m["tts_first_audio_ms"] - start, {"gen_ai.request.model": self.engines.tts.name}))
+        return spans
 
     # ------------------------------------------------------------------------------------------------ sending
 
@@ -549,12 +679,29 @@ class Session:
 
 
 _TIMING_MARKS = ("asr_ms", "intent_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",
-                 "first_audio_sent_ms", "llm_ms")
+                 "first_audio_sent_ms", "llm_ms", "llm_queued_ms", "llm_batch_ms")
+_STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
+               ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),
+               ("transport", "first_audio_sent_ms"))
+"""Each stage of the path to the first reply audio and the mark that ends it; it starts where the previous
+present mark ends (a stage whose mark is absent did not happen, and its neighbour takes the gap)."""
 
 
-async def _stop(turn: Turn) -> None:
+def first_audio_stages(marks: dict[str, float]) -> dict[str, float]:
+    """Stage durations (ms) from a turn's marks; they add up to the last mark reached (the first audio sent)."""
+    stages, previous = {}, 0.0
+    for stage, mark in _STAGE_ENDS:
+        if mark in marks:
+            stages[stage] = max(marks[mark] - previous, 0.0)
+            previous = max(marks[mark], previous)
+    return stages
+
+
+async def _stop(turn: Turn, scheduler: TurnScheduler | None = None) -> None:
     """Cancel a turn's generation and synthesis and wait until its task has unwound."""
     turn.cancel.set()
+    if scheduler is not None and turn.ticket is not None:
+        scheduler.withdraw(turn.ticket)
     task = turn.task
     if task is not None and not task.done():
         task.cancel()

@@ -1,0 +1,373 @@
+"""The TurnScheduler: a priority queue with dynamic batching in front of the LLM.
+
+CTranslate2 runs a batch of prompts in one `generate_batch` call for little more than the cost of one on a CPU (the
+weights are read once per step for the whole batch), so under load the server answers several sessions per call.
+Every request in a batch still streams its own tokens to its own session (`LLM.generate` calls each request's
+callback as its tokens arrive); batching changes when a reply starts, never how it is delivered.
+
+Priority of a request, after the design this project comes from:
+
+    priority = 0.6 · ASR confidence + 0.25 · (tier − 1) / 4 − 0.001 · max(0, waited ms − 200)
+
+A typed turn has confidence 1. At admission (waited 0) the priority picks a lane, and each lane trades latency
+for batch size:
+
+    lane             admitted when               batch up to   waits at most
+    high             priority ≥ 0.85             4             80 ms
+    normal           0.6 ≤ priority < 0.85       8             150 ms
+    bulk             priority < 0.6              16            300 ms
+    low_confidence   ASR confidence < 0.4        2             20 ms
+
+(low confidence first: such a turn was probably misheard, and answering it fast lets the user correct it fast.)
+A lane is ready when it holds a full batch or its oldest request has waited its lane's limit; when the model is
+free the ready lane with the earliest deadline runs (earliest deadline first), so no lane starves another. Inside
+a lane the batch is the oldest request plus the others by current priority, so the waiting penalty reorders
+requests without ever holding back the one that has waited longest: every request is served within its lane's
+wait once it is the oldest, and a session has at most one request queued (one turn at a time), which keeps the
+queue fair between sessions. All numbers are `SchedulerConfig` fields, set from `Settings.scheduler_*`.
+
+Admission is bounded: past `queue_limit` waiting requests, `submit` raises `Overloaded` with a retry hint
+estimated from recent batch times; the client gets `error {code: "overloaded", retry_after_ms}`, never a hang.
+
+`BatchPlanner` holds the decisions and takes the clock as an argument, so tests replay arrivals exactly;
+`TurnScheduler` adds the one thread that runs the planned batches on the model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from voxline.config import Settings
+from voxline.errors import LLMError, Overloaded
+from voxline.llm import GenerationRequest, GenerationResult
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[[Sequence[GenerationRequest]], list[GenerationResult]]
+"""Runs one batch on the model and returns one result per request, in order (`LLM.generate`)."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One class of service: how many requests may share a batch and how long the first one may wait for them."""
+
+    name: str
+    max_batch: int
+    max_wait_ms: float
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1 or self.max_wait_ms < 0:
+            raise ValueError(f"lane {self.name}: max_batch must be ≥ 1 and max_wait_ms ≥ 0")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Priority weights, lanes and admission limit; the defaults are the design's."""
+
+    confidence_weight: float = 0.6
+    tier_weight: float = 0.25
+    wait_penalty_per_ms: float = 0.001
+    wait_grace_ms: float = 200.0
+    high_min_priority: float = 0.85
+    normal_min_priority: float = 0.6
+    low_confidence_below: float = 0.4
+    high: Lane = Lane("high", 4, 80.0)
+    normal: Lane = Lane("normal", 8, 150.0)
+    bulk: Lane = Lane("bulk", 16, 300.0)
+    low_confidence: Lane | None = Lane("low_confidence", 2, 20.0)
+    queue_limit: int = 64
+    """Requests waiting (not yet running) beyond which new ones are refused with `Overloaded`."""
+    fifo: bool = False
+    """One lane of one request at a time, in arrival order: the baseline without batching."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SchedulerConfig:
+        """The server's `Settings.scheduler_*` values (`batching` off gives `one_at_a_time`)."""
+        s = settings
+        if not s.batching:
+            return cls.one_at_a_time(s.scheduler_queue_limit)
+        return cls(
+            confidence_weight=s.scheduler_confidence_weight,
+            tier_weight=s.scheduler_tier_weight,
+            wait_penalty_per_ms=s.scheduler_wait_penalty_per_ms,
+            wait_grace_ms=s.scheduler_wait_grace_ms,
+            high_min_priority=s.scheduler_high_min_priority,
+            normal_min_priority=s.scheduler_normal_min_priority,
+            low_confidence_below=s.scheduler_low_confidence_below,
+            high=Lane("high", s.scheduler_high_max_batch, s.scheduler_high_max_wait_ms),
+            normal=Lane("normal", s.scheduler_normal_max_batch, s.scheduler_normal_max_wait_ms),
+            bulk=Lane("bulk", s.scheduler_bulk_max_batch, s.scheduler_bulk_max_wait_ms),
+            low_confidence=Lane("low_confidence", s.scheduler_low_confidence_max_batch,
+                                s.scheduler_low_confidence_max_wait_ms),
+            queue_limit=s.scheduler_queue_limit,
+        )
+
+    @classmethod
+    def one_at_a_time(cls, queue_limit: int = 64) -> SchedulerConfig:
+        """No batching and no priorities: each request runs alone, first come first served."""
+        single = Lane("fifo", 1, 0.0)
+        return cls(high=single, normal=single, bulk=single, low_confidence=None, queue_limit=queue_limit, fifo=True)
+
+    @property
+    def lanes(self) -> tuple[Lane, ...]:
+        if self.fifo:
+            return (self.high,)
+        return tuple(lane for lane in (self.high, self.low_confidence, self.normal, self.bulk) if lane is not None)
+
+    @property
+    def max_batch(self) -> int:
+        return max(lane.max_batch for lane in self.lanes)
+
+    def priority(self, confidence: float, tier: int, waited_ms: float = 0.0) -> float:
+        """The design's priority; `tier` is 1 (lowest) to 5 (highest)."""
+        tier_share = (min(max(tier, 1), 5) - 1) / 4
+        penalty = self.wait_penalty_per_ms * max(0.0, waited_ms - self.wait_grace_ms)
+        return self.confidence_weight * confidence + self.tier_weight * tier_share - penalty
+
+    def lane_for(self, confidence: float, tier: int) -> Lane:
+        """The lane a new request joins."""
+        if self.fifo:
+            return self.high
+        if self.low_confidence is not None and confidence < self.low_confidence_below:
+            return self.low_confidence
+        priority = self.priority(confidence, tier)
+        if priority >= self.high_min_priority:
+            return self.high
+        if priority >= self.normal_min_priority:
+            return self.normal
+        return self.bulk
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One queued request and, once it has run, where its time went (perf_counter seconds)."""
+
+    request: GenerationRequest
+    confidence: float
+    tier: int
+    lane: Lane
+    queued_at: float
+    session_id: str = ""
+    seq: int = 0
+    dispatched_at: float | None = None
+    batch_size: int | None = None
+    future: Future[GenerationResult] = field(default_factory=Future)
+
+    def waited_ms(self, now: float) -> float:
+        return (now - self.queued_at) * 1000.0
+
+    def deadline(self) -> float:
+        return self.queued_at + self.lane.max_wait_ms / 1000.0
+
+    @property
+    def queue_ms(self) -> float | None:
+        return None if self.dispatched_at is None else (self.dispatched_at - self.queued_at) * 1000.0
+
+
+class BatchPlanner:
+    """The queue and the batching decisions, without threads or a model: every method takes `now`."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self._lanes: dict[str, list[Ticket]] = {lane.name: [] for lane in config.lanes}
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return sum(len(queue) for queue in self._lanes.values())
+
+    def depth(self) -> dict[str, int]:
+        """Waiting requests per lane."""
+        return {name: len(queue) for name, queue in self._lanes.items()}
+
+    def add(self, request: GenerationRequest, *, confidence: float, tier: int, now: float,
+            session_id: str = "") -> Ticket:
+        """Queue a request in its lane; raises `Overloaded` when `queue_limit` requests are already waiting."""
+        if len(self) >= self.config.queue_limit:
+            raise Overloaded(
+                f"the server is busy ({len(self)} replies waiting); please try again in a moment", 0)
+        lane = self.config.lane_for(confidence, tier)
+        ticket = Ticket(request, confidence, tier, lane, now, session_id, next(self._seq))
+        self._lanes[lane.name].append(ticket)
+        return ticket
+
+    def remove(self, ticket: Ticket) -> bool:
+        """Take a ticket out of the queue (its turn was interrupted); False if it is not waiting any more."""
+        queue = self._lanes[ticket.lane.name]
+        if ticket in queue:
+            queue.remove(ticket)
+            return True
+        return False
+
+    def take(self, now: float) -> list[Ticket]:
+        """The batch to run now, removed from the queue; empty when no lane is ready yet."""
+        self._drop_withdrawn()
+        ready = [(queue[0].deadline(), queue[0].seq, name) for name, queue in self._lanes.items()
+                 if queue and (len(queue) >= self._lane(name).max_batch or now >= queue[0].deadline())]
+        if not ready:
+            return []
+        _, _, name = min(ready)
+        queue, lane = self._lanes[name], self._lane(name)
+        oldest, rest = queue[0], queue[1:]
+        rest.sort(key=lambda t: (-self.config.priority(t.confidence, t.tier, t.waited_ms(now)), t.seq))
+        batch = [oldest, *rest[:lane.max_batch - 1]]
+        chosen = set(map(id, batch))
+        self._lanes[name] = [t for t in queue if id(t) not in chosen]
+        return batch
+
+    def next_deadline(self) -> float | None:
+        """When the earliest waiting lane becomes ready by time alone (None when nothing waits)."""
+        deadlines = [queue[0].deadline() for queue in self._lanes.values() if queue]
+        return min(deadlines) if deadlines else None
+
+    def _lane(self, name: str) -> Lane:
+        return next(lane for lane in self.config.lanes if lane.name == name)
+
+    def _drop_withdrawn(self) -> None:
+        for name, queue in self._lanes.items():
+            if any(t.request.cancel.is_set() or t.future.done() for t in queue):
+                for t in queue:
+                    if t.request.cancel.is_set() and not t.future.done():
+                        t.future.set_result(GenerationResult("", 0, None, 0.0, "cancelled"))
+                self._lanes[name] = [t for t in queue if not t.future.done()]
+
+
+@dataclass
+class BatchRecord:
+    """What one batch did, for metrics."""
+
+    lane: str
+    size: int
+    seconds: float
+
+
+class TurnScheduler:
+    """Queue + planner + one thread running batches on the model. Thread-safe; `submit` never blocks."""
+
+    RETRY_MIN_MS = 250
+    RETRY_MAX_MS = 10_000
+
+    def __init__(self, runner: Runner, config: SchedulerConfig | None = None, *,
+                 on_batch: Callable[[BatchRecord], None] = lambda record: None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.config = config or SchedulerConfig()
+        self._runner = runner
+        self._on_batch = on_batch
+        self._clock = clock
+        self._planner = BatchPlanner(self.config)
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self._running = 0
+        self._batch_seconds = 1.0
+        """Moving average of a batch's run time: the basis of the retry hint."""
+
+    @property
+    def depth(self) -> dict[str, int]:
+        with self._wake:
+            return self._planner.depth()
+
+    @property
+    def running(self) -> int:
+        """Requests in the batch on the model right now."""
+        return self._running
+
+    def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
+               session_id: str = "") -> Ticket:
+        """Queue one reply; its `future` gets the `GenerationResult` (or the `LLMError`) when its batch is done.
+
+        `confidence` None means a typed turn (certain). Raises `Overloaded` when the queue is full.
+        """
+        with self._wake:
+            if self._closed:
+                raise Overloaded("the server is shutting down; please reconnect in a moment", self.RETRY_MAX_MS)
+            try:
+                ticket = self._planner.add(request, confidence=1.0 if confidence is None else confidence,
+                                           tier=tier, now=self._clock(), session_id=session_id)
+            except Overloaded as exc:
+                raise Overloaded(exc.message, self._retry_after_ms()) from None
+            self._ensure_thread()
+            self._wake.notify()
+            return ticket
+
+    def withdraw(self, ticket: Ticket) -> None:
+        """The turn was interrupted: drop its request if it has not started (a running one stops via `cancel`)."""
+        ticket.request.cancel.set()
+        with self._wake:
+            if self._planner.remove(ticket) and not ticket.future.done():
+                ticket.future.set_result(GenerationResult("", 0, None, 0.0, "cancelled"))
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new requests, let the queued ones run, and stop the thread (waits up to `timeout`)."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="voxline-scheduler", daemon=True)
+            self._thread.start()
+
+    def _retry_after_ms(self) -> int:
+        batches_ahead = math.ceil(len(self._planner) / self.config.max_batch) + 1
+        estimate = batches_ahead * self._batch_seconds * 1000.0
+        return int(min(max(estimate, self.RETRY_MIN_MS), self.RETRY_MAX_MS))
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                batch = self._next_batch_locked()
+                if batch is None:
+                    return
+                self._running = len(batch)
+            self._run(batch)
+            self._running = 0
+
+    def _next_batch_locked(self) -> list[Ticket] | None:
+        """Wait for a ready batch; None once closed and empty. Called with the condition held."""
+        while True:
+            now = self._clock()
+            if self._closed:
+                # Draining: run what waits without waiting for batches to fill.
+                return self._planner.take(math.inf) or None
+            batch = self._planner.take(now)
+            if batch:
+                return batch
+            deadline = self._planner.next_deadline()
+            self._wake.wait(None if deadline is None else max(deadline - now, 0.0005))
+
+    def _run(self, batch: list[Ticket]) -> None:
+        # A future cancelled since `take` (its turn's task was cancelled) is dropped; the rest can no longer be.
+        batch = [t for t in batch if t.future.set_running_or_notify_cancel()]
+        if not batch:
+            return
+        started = self._clock()
+        for ticket in batch:
+            ticket.dispatched_at = started
+            ticket.batch_size = len(batch)
+        try:
+            results = self._runner([t.request for t in batch])
+        except LLMError as exc:
+            for ticket in batch:
+                ticket.future.set_exception(exc)
+            return
+        except Exception as exc:  # a bug in a batch must not kill the thread every later turn depends on
+            log.exception("LLM batch of %d failed", len(batch))
+            for ticket in batch:
+                ticket.future.set_exception(LLMError(f"the LLM failed: {exc}"))
+            return
+        finally:
+            seconds = self._clock() - started
+            self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * seconds
+        for ticket, result in zip(batch, results):
+            ticket.future.set_result(result)
+        self._on_batch(BatchRecord(batch[0].lane.name, len(batch), seconds))

@@ -1,0 +1,131 @@
+"""Prometheus metrics of one server process, and the slow-turn report.
+
+Every turn ends in `ServerMetrics.observe_turn` with its stage durations: the path to the first reply audio is
+cut into asr (server re-recognition), intent, queue (waiting in the TurnScheduler), prefill (batch start → first
+token), decode (first token → first clause), tts (first clause → its audio) and transport (audio queued → sent on
+the socket). Those are the histograms a dashboard needs to see which stage moves under load.
+
+The slow-turn report: a turn slower than the P99 of the recent turns of its kind is logged with the stage that
+took most of its time, so a latency spike in production says where it came from without a trace backend.
+
+With `voxline serve --workers N` each process has its own registry: scrape every worker (or put them behind
+per-process ports); the numbers are per process by design, like the sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from voxline.bench.stats import percentile
+
+if TYPE_CHECKING:
+    from voxline.scheduler import TurnScheduler
+
+log = logging.getLogger(__name__)
+
+STAGES = ("asr", "intent", "queue", "prefill", "decode", "tts", "transport")
+"""The stages of the path to the first reply audio, in order."""
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
+                     5.0, 8.0, 13.0, 20.0)
+BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+SLOW_WINDOW = 1000
+"""Turns of one kind kept for the P99 that defines a slow turn."""
+SLOW_MIN_TURNS = 100
+"""No slow-turn report before this many turns of a kind: a P99 of fewer is noise."""
+SLOW_RECOMPUTE_EVERY = 50
+"""The P99 is recomputed every this many turns (sorting a thousand values per turn would cost more than a turn)."""
+
+
+def dominant_stage(stages: Mapping[str, float]) -> str | None:
+    """The stage that took the longest, or None without stages."""
+    return max(stages, key=stages.__getitem__) if stages else None
+
+
+class SlowTurns:
+    """Keeps recent latencies per turn kind and says whether a new one is above their P99."""
+
+    def __init__(self, window: int = SLOW_WINDOW, min_turns: int = SLOW_MIN_TURNS,
+                 recompute_every: int = SLOW_RECOMPUTE_EVERY) -> None:
+        self.window, self.min_turns, self.recompute_every = window, min_turns, recompute_every
+        self._recent: dict[str, deque[float]] = {}
+        self._p99: dict[str, float | None] = {}
+        self._since: dict[str, int] = {}
+
+    def is_slow(self, kind: str, latency_ms: float) -> float | None:
+        """Record a turn; returns the P99 it exceeds when it is slow, else None."""
+        recent = self._recent.setdefault(kind, deque(maxlen=self.window))
+        p99 = self._p99.get(kind)
+        recent.append(latency_ms)
+        self._since[kind] = self._since.get(kind, 0) + 1
+        if len(recent) >= self.min_turns and (p99 is None or self._since[kind] >= self.recompute_every):
+            self._p99[kind] = percentile(list(recent), 0.99)
+            self._since[kind] = 0
+        return p99 if p99 is not None and latency_ms > p99 else None
+
+
+class ServerMetrics:
+    """The instruments, in their own registry (each app has one, so tests can build many apps)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.stage_seconds = Histogram(
+            "voxline_turn_stage_seconds", "Time of each stage on the path to the first reply audio",
+            ["stage"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.first_audio_seconds = Histogram(
+            "voxline_turn_first_audio_seconds", "Turn start to the first reply audio frame sent",
+            ["kind"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.turn_seconds = Histogram(
+            "voxline_turn_seconds", "Turn start to reply.done", ["kind"], buckets=LATENCY_BUCKETS_S, registry=r)
+        self.turns = Counter("voxline_turns", "Turns finished", ["kind", "outcome"], registry=r)
+        self.batch_size = Histogram("voxline_llm_batch_size", "Requests per LLM batch", ["lane"],
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.batch_seconds = Histogram("voxline_llm_batch_seconds", "Run time of one LLM batch", ["lane"],
+                                       buckets=LATENCY_BUCKETS_S, registry=r)
+        self.rejections = Counter("voxline_rejections", "Turns or connections refused", ["reason"], registry=r)
+        self.slow_turns = Counter("voxline_slow_turns", "Turns above the recent P99, by dominating stage",
+                                  ["stage"], registry=r)
+        self._slow = SlowTurns()
+
+    def gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
+        """A gauge read at scrape time (uptime, active sessions)."""
+        Gauge(name, documentation, registry=self.registry).set_function(read)
+
+    def watch_scheduler(self, scheduler: TurnScheduler) -> None:
+        """Queue depth per lane and the running batch, read from the scheduler at scrape time."""
+        depth = Gauge("voxline_llm_queue_depth", "LLM requests waiting in the scheduler", ["lane"],
+                      registry=self.registry)
+        for lane in scheduler.config.lanes:
+            depth.labels(lane.name).set_function(lambda name=lane.name: scheduler.depth.get(name, 0))
+        self.gauge("voxline_llm_running", "LLM requests in the batch running now", lambda: scheduler.running)
+
+    def observe_batch(self, lane: str, size: int, seconds: float) -> None:
+        self.batch_size.labels(lane).observe(size)
+        self.batch_seconds.labels(lane).observe(seconds)
+
+    def reject(self, reason: str) -> None:
+        self.rejections.labels(reason).inc()
+
+    def observe_turn(self, *, kind: str, outcome: str, total_ms: float, first_audio_ms: float | None,
+                     stages: Mapping[str, float], describe: Callable[[], str]) -> None:
+        """Record one finished turn; `describe()` names it in the slow-turn log line."""
+        self.turns.labels(kind, outcome).inc()
+        self.turn_seconds.labels(kind).observe(total_ms / 1000.0)
+        for stage, ms in stages.items():
+            self.stage_seconds.labels(stage).observe(ms / 1000.0)
+        if first_audio_ms is not None:
+            self.first_audio_seconds.labels(kind).observe(first_audio_ms / 1000.0)
+        if outcome != "ok":
+            return
+        latency = first_audio_ms if first_audio_ms is not None else total_ms
+        p99 = self._slow.is_slow(kind, latency)
+        if p99 is not None and (stage := dominant_stage(stages)) is not None:
+            self.slow_turns.labels(stage).inc()
+            log.warning("slow turn %s: %.0f ms (recent P99 %.0f ms), mostly %s %.0f ms; stages %s",
+                        describe(), latency, p99, stage, stages[stage],
+                        " ".join(f"{k}={v:.0f}" for k, v in stages.items()))
