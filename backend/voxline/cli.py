@@ -177,7 +177,49 @@ def build_parser() -> argparse.ArgumentParser:
     bench_turn.add_argument("--browser", type=int, default=0, metavar="N", help="also N spoken questions in Chromium")
     bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2")
     bench_turn.set_defaults(func=_cmd_bench)
+    _add_bench_load(bench)
     return parser
+
+
+def _add_bench_load(bench) -> None:
+    from voxline.bench import load
+
+    bench_load = bench.add_parser(
+        "load", help="N concurrent WebSocket sessions, load ramped: turns/s, P50/P95/P99, errors, knee",
+        description="Closed-loop sessions over real WebSockets against a running server (--url) or one the bench "
+                    "starts itself. Prints one JSON object; see voxline/bench/load.py.")
+    target = bench_load.add_argument_group("server")
+    target.add_argument("--url", help="ws://HOST:PORT/ws of a running server (default: start one)")
+    target.add_argument("--server-pid", type=int, help="with --url: the server's PID, for its RSS")
+    target.add_argument("--token", default=None, help="the server's auth token (default: $VOXLINE_AUTH_TOKEN)")
+    target.add_argument("--llm", default=load.DEFAULT_LLM, help=f"own server's LLM (default {load.DEFAULT_LLM})")
+    target.add_argument("--tts-engine", choices=["espeak", "hibari"], default="espeak", help="own server's TTS")
+    target.add_argument("--serve-arg", action="append", metavar="ARGS",
+                        help='extra `voxline serve` arguments, repeatable: --serve-arg="--workers 2"')
+    target.add_argument("--compare-batching", action="store_true",
+                        help="start two servers (--batching on and off), run every level on both, alternating")
+    shape = bench_load.add_argument_group("load")
+    shape.add_argument("--sessions", default=load.DEFAULT_SESSIONS,
+                       help=f"increasing load levels, concurrent sessions (default {load.DEFAULT_SESSIONS})")
+    shape.add_argument("--level-seconds", type=float, default=load.DEFAULT_LEVEL_SECONDS,
+                       help="measurement window per level (default %(default)s)")
+    shape.add_argument("--warmup-seconds", type=float, default=load.DEFAULT_WARMUP_SECONDS,
+                       help="uncounted warm-up before each level's window (default %(default)s)")
+    shape.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                       help="soak: the first --sessions level for this long; first vs last window, server RSS")
+    shape.add_argument("--mix", default=load.DEFAULT_MIX, help=f"turn kind weights (default {load.DEFAULT_MIX})")
+    shape.add_argument("--confidence", default=load.DEFAULT_CONFIDENCE,
+                       help="claimed confidence of llm turns: a value or a range like 0.3-1.0 (default %(default)s)")
+    shape.add_argument("--reply-audio", action=argparse.BooleanOptionalAction, default=None,
+                       help="sessions want reply audio (default: yes, unless the mix is intents only)")
+    shape.add_argument("--think-ms", type=float, default=0.0, help="pause between a session's turns")
+    shape.add_argument("--uplink-frame-ms", type=int, choices=[20, 100], default=load.DEFAULT_UPLINK_FRAME_MS,
+                       help="audio turns: PCM16 frame length (default %(default)s)")
+    shape.add_argument("--turn-timeout", type=float, default=load.DEFAULT_TURN_TIMEOUT_S,
+                       help="seconds before a turn counts as `timeout` (default %(default)s)")
+    shape.add_argument("--seed", type=int, default=0, help="turn choices are deterministic for a seed")
+    bench_load.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency against load, knee marked")
+    bench_load.set_defaults(func=_cmd_bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,20 @@ DEFAULT_ASR_CONFIDENCE_GATE = 0.6
 DEFAULT_REPLY_MAX_TOKENS = 96
 DEFAULT_REPLY_MAX_SECONDS = 12.0
 DEFAULT_HISTORY_EXCHANGES = 6
+DEFAULT_TOKEN_TTL_S = 300.0
+DEFAULT_TOKEN_REQUESTS_PER_MINUTE = 30.0
+DEFAULT_MAX_SESSIONS_PER_ADDRESS = 16
+DEFAULT_MAX_SESSIONS_PER_KEY = 100
+DEFAULT_MAX_MESSAGES_PER_S = 20.0
+DEFAULT_MAX_MESSAGE_BURST = 40
+DEFAULT_MAX_AUDIO_FRAMES_PER_S = 100.0
+DEFAULT_MAX_AUDIO_FRAME_BURST = 1600
+DEFAULT_HELLO_TIMEOUT_S = 10.0
+DEFAULT_IDLE_TIMEOUT_S = 300.0
+DEFAULT_IDLE_GRACE_S = 10.0
+DEFAULT_OUTBOX_MAX_AUDIO_BYTES = 2 * 1024 * 1024
+DEFAULT_OUTBOX_MAX_BYTES = 8 * 1024 * 1024
+DEFAULT_DRAIN_TIMEOUT_S = 10.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -41,6 +55,40 @@ class Settings:
     """User/assistant exchanges kept per session as LLM context; older ones are dropped first."""
     auth_token: str = field(default="", repr=False)
     """When set, `hello` must carry this token; empty means no authentication (local use)."""
+    # Who may connect, and how much (docs/protocol.md, "Admission and limits"). 0 turns a cap off.
+    site_keys: str = field(default="", repr=False)
+    """Site keys: a JSON list inline (`[{"id": ..., "secret": ..., "origins": [...]}]`) or the path of a JSON file
+    holding one. When set, every session needs a token signed with one of them (`voxline.server.auth`)."""
+    allowed_origins: str = ""
+    """Comma-separated origins (`https://shop.example`) whose pages may open `/ws`; empty = any origin, or, with
+    site keys, the origins of the keys. A client that sends no `Origin` (not a browser) is not refused by it."""
+    token_ttl_s: float = DEFAULT_TOKEN_TTL_S
+    """Lifetime of the tokens that `/token` and `voxline token mint` issue."""
+    token_requests_per_minute: float = DEFAULT_TOKEN_REQUESTS_PER_MINUTE
+    """`/token` requests per client address per minute (burst the same); more get HTTP 429."""
+    max_sessions_per_address: int = DEFAULT_MAX_SESSIONS_PER_ADDRESS
+    """Concurrent sessions from one client address (behind a proxy, see uvicorn's `--forwarded-allow-ips`)."""
+    max_sessions_per_key: int = DEFAULT_MAX_SESSIONS_PER_KEY
+    """Concurrent sessions on one site key, unless the key sets its own `max_sessions`."""
+    max_messages_per_s: float = DEFAULT_MAX_MESSAGES_PER_S
+    """Sustained rate of text (JSON) frames per session; `max_message_burst` more may come at once."""
+    max_message_burst: int = DEFAULT_MAX_MESSAGE_BURST
+    max_audio_frames_per_s: float = DEFAULT_MAX_AUDIO_FRAMES_PER_S
+    """Sustained rate of binary (audio) frames per session: real time is 50 a second (20 ms Opus packets)."""
+    max_audio_frame_burst: int = DEFAULT_MAX_AUDIO_FRAME_BURST
+    """Audio frames that may come at once: a whole 30 s turn of 20 ms packets sent at the end of the turn."""
+    hello_timeout_s: float = DEFAULT_HELLO_TIMEOUT_S
+    """A connection that sends no `hello` within this long is closed (4408)."""
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    """A listening session that sends nothing for this long is warned (`idle_timeout`) ..."""
+    idle_grace_s: float = DEFAULT_IDLE_GRACE_S
+    """... and closed (4408) if it stays silent this much longer."""
+    outbox_max_audio_bytes: int = DEFAULT_OUTBOX_MAX_AUDIO_BYTES
+    """Reply audio waiting for a slow reader beyond which the turn's unsent audio is dropped (`slow_consumer`)."""
+    outbox_max_bytes: int = DEFAULT_OUTBOX_MAX_BYTES
+    """Everything waiting for a reader beyond which the connection is dropped: the client does not read at all."""
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    """On SIGTERM, how long turns in flight may take to finish before they are cut (and said to be)."""
     web_dir: Path = REPO_ROOT / "web"
     node_modules_dir: Path = REPO_ROOT / "node_modules"
     # Serving under load (see voxline/scheduler.py for what each number means).

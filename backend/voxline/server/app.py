@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import hashlib
 import mimetypes
+import os
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -125,7 +126,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
                 "loaded": loaded.get(spec.name, False),
             })
         status = "ok" if all(m["verified"] for m in models) else "degraded"
-        return JSONResponse({"status": status, "version": __version__, "models": models},
+        return JSONResponse({"status": status, "version": __version__, "pid": os.getpid(), "models": models},
                             status_code=200 if status == "ok" else 503)
 
     async def metrics(request: Request) -> Response:

@@ -26,18 +26,48 @@ PROTOCOL_VERSION = 1
 CLOSE_NORMAL = 1000
 """The client said `bye`, or the server is shutting down a finished session."""
 CLOSE_POLICY_VIOLATION = 1008
-"""Too many bad frames in a row (`MAX_CONSECUTIVE_BAD_FRAMES`): the peer is not speaking this protocol."""
+"""Too many bad frames in a row (`MAX_CONSECUTIVE_BAD_FRAMES`): the peer is not speaking this protocol; or it
+kept sending after `rate_limited` (`MAX_RATE_LIMITED_FRAMES` frames dropped in a row)."""
+CLOSE_MESSAGE_TOO_BIG = 1009
+"""A frame over `MAX_FRAME_BYTES`: uvicorn closes the connection before reading it (`ws_max_size`)."""
 CLOSE_INTERNAL_ERROR = 1011
 """The server hit an unexpected error outside any turn."""
+CLOSE_SERVICE_RESTART = 1012
+"""The server is shutting down (SIGTERM): turns in flight were finished first; reconnect after a moment."""
 CLOSE_UNSUPPORTED_VERSION = 4000
 """`hello.v` is not `PROTOCOL_VERSION`."""
 CLOSE_UNAUTHORIZED = 4001
 """The server requires a token and `hello.token` is missing or wrong."""
 CLOSE_UNSUPPORTED_LANGUAGE = 4002
 """`hello.lang` is not a language of the server's grammar."""
+CLOSE_UNAUTHENTICATED = 4401
+"""The server has site keys and `hello.token` is not a valid token of one (missing, expired, tampered)."""
+CLOSE_ORIGIN_NOT_ALLOWED = 4403
+"""The page's `Origin` is not allowed: not on the server's allowlist, or not one of the token's site key."""
+CLOSE_IDLE_TIMEOUT = 4408
+"""No `hello` in time after connecting, or no message for too long while listening (after an `idle_timeout`
+warning)."""
+CLOSE_TOO_MANY_SESSIONS = 4429
+"""Too many concurrent sessions from the client's address or on its site key."""
+CLOSING_ERRORS = {
+    "unsupported_version": CLOSE_UNSUPPORTED_VERSION,
+    "unauthorized": CLOSE_UNAUTHORIZED,
+    "unsupported_language": CLOSE_UNSUPPORTED_LANGUAGE,
+    "unauthenticated": CLOSE_UNAUTHENTICATED,
+    "origin_not_allowed": CLOSE_ORIGIN_NOT_ALLOWED,
+    "idle_timeout": CLOSE_IDLE_TIMEOUT,
+    "too_many_sessions": CLOSE_TOO_MANY_SESSIONS,
+    "server_restarting": CLOSE_SERVICE_RESTART,
+}
+"""Error codes after which the server closes the connection, and the close code it uses (an `idle_timeout` is
+first sent as a warning, and closes only if the client stays silent; a `server_restarting` about one turn closes
+only once the drain is over)."""
 
 MAX_CONSECUTIVE_BAD_FRAMES = 16
 """Bad frames are answered one by one; this many in a row closes the connection with `CLOSE_POLICY_VIOLATION`."""
+MAX_RATE_LIMITED_FRAMES = 64
+"""Frames dropped in a row for `rate_limited` (the client ignores the error) before closing with
+`CLOSE_POLICY_VIOLATION`."""
 MAX_TEXT_FRAME_BYTES = 64 * 1024
 """A JSON control message is small; anything larger is not one of ours."""
 MAX_TEXT_CHARS = 1000
