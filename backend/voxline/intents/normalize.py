@@ -64,6 +64,8 @@ _DROPPED_CATEGORY_PREFIXES = ("P", "S", "Z", "C")
 def is_cjk(char: str) -> bool:
     """Whether one character is in `CJK_RANGES` (and so is a token by itself)."""
     code = ord(char)
+    if code < CJK_RANGES[0][0]:  # Latin and most scripts: the common case, decided without the scan
+        return False
     return any(low <= code <= high for low, high in CJK_RANGES)
 
 

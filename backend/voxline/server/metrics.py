@@ -91,6 +91,7 @@ class ServerMetrics:
         self.slow_turns = Counter("voxline_slow_turns", "Turns above the recent P99, by dominating stage",
                                   ["stage"], registry=r)
         self._slow = SlowTurns()
+        self._children: dict[tuple, object] = {}
 
     def gauge(self, name: str, documentation: str, read: Callable[[], float]) -> None:
         """A gauge read at scrape time (uptime, active sessions)."""
@@ -104,6 +105,14 @@ class ServerMetrics:
             depth.labels(lane.name).set_function(lambda name=lane.name: scheduler.depth.get(name, 0))
         self.gauge("voxline_llm_running", "LLM requests in the batch running now", lambda: scheduler.running)
 
+    def _child(self, metric, *labels: str):
+        """`metric.labels(*labels)`, remembered: prometheus_client's lookup costs more than the observation."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe_batch(self, lane: str, size: int, seconds: float) -> None:
         self.batch_size.labels(lane).observe(size)
         self.batch_seconds.labels(lane).observe(seconds)
@@ -114,12 +123,12 @@ class ServerMetrics:
     def observe_turn(self, *, kind: str, outcome: str, total_ms: float, first_audio_ms: float | None,
                      stages: Mapping[str, float], describe: Callable[[], str]) -> None:
         """Record one finished turn; `describe()` names it in the slow-turn log line."""
-        self.turns.labels(kind, outcome).inc()
-        self.turn_seconds.labels(kind).observe(total_ms / 1000.0)
+        self._child(self.turns, kind, outcome).inc()
+        self._child(self.turn_seconds, kind).observe(total_ms / 1000.0)
         for stage, ms in stages.items():
-            self.stage_seconds.labels(stage).observe(ms / 1000.0)
+            self._child(self.stage_seconds, stage).observe(ms / 1000.0)
         if first_audio_ms is not None:
-            self.first_audio_seconds.labels(kind).observe(first_audio_ms / 1000.0)
+            self._child(self.first_audio_seconds, kind).observe(first_audio_ms / 1000.0)
         if outcome != "ok":
             return
         latency = first_audio_ms if first_audio_ms is not None else total_ms

@@ -9,6 +9,7 @@ that failed once skips the grammar while it is being repeated, without growing t
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -49,10 +50,13 @@ class IntentResolver:
         self._entries: OrderedDict[tuple[str, str, str], tuple[Match | None, float]] = OrderedDict()
         self.hits = 0
         self.misses = 0
+        # The same utterances come back verbatim, so their normal form is remembered too (it costs more than
+        # the cache lookup it keys).
+        self._normalize = functools.lru_cache(maxsize=max_entries)(normalize)
 
     def resolve(self, text: str, lang: str) -> Resolution:
         """The command `text` is in `lang`, or a Resolution with no match."""
-        key = (self.grammar.version, lang, normalize(text))
+        key = (self.grammar.version, lang, self._normalize(text))
         now = self._clock()
         entry = self._entries.get(key)
         if entry is not None and entry[1] > now:
