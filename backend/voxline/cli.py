@@ -17,6 +17,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voxline.config import Settings
+    from voxline.server import protocol as p
     from voxline.server.app import create_app
 
     overrides = {"host": args.host, "port": args.port, "llm_model": args.llm, "workers": args.workers,
@@ -25,7 +26,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     settings = Settings.from_env(**overrides)
     print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
     if settings.workers <= 1:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level)
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
+                    ws_max_size=p.MAX_FRAME_BYTES)
         return 0
     # Each worker process builds its own app (and loads its own models) from the environment, so the flags
     # travel as VOXLINE_* variables. Checked here first, so a missing model is refused once, in this process.
@@ -34,7 +36,32 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"VOXLINE_{name.upper()}"] = ("on" if value else "off") if isinstance(value, bool) else str(value)
     uvicorn.run("voxline.server.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=args.log_level)
+                workers=settings.workers, log_level=args.log_level, ws_max_size=p.MAX_FRAME_BYTES)
+    return 0
+
+
+def _cmd_token_mint(args: argparse.Namespace) -> int:
+    from voxline.config import Settings
+    from voxline.server.auth import load_site_keys, mint_token, normalize_origin
+
+    settings = Settings.from_env()
+    key = load_site_keys(settings.site_keys).get(args.key)
+    if key is None:
+        raise VoxlineError(f"no site key {args.key!r}: set VOXLINE_SITE_KEYS to the keys (a JSON list or file)")
+    try:
+        origin = normalize_origin(args.origin) if args.origin else None
+    except ValueError as exc:
+        raise VoxlineError(str(exc)) from None
+    if origin is not None and origin not in key.origins:
+        raise VoxlineError(f"site key {key.id!r} does not list {origin}; its origins: {', '.join(sorted(key.origins))}")
+    print(mint_token(key, origin, ttl_s=args.ttl if args.ttl is not None else settings.token_ttl_s))
+    return 0
+
+
+def _cmd_token_secret(args: argparse.Namespace) -> int:
+    from voxline.server.auth import new_secret
+
+    print(new_secret())
     return 0
 
 
@@ -162,6 +189,17 @@ def build_parser() -> argparse.ArgumentParser:
     talk.add_argument("--lang", default="en", help="BCP 47 language of the conversation (default en)")
     talk.add_argument("--token", default=None, help="the server's auth token (default: $VOXLINE_AUTH_TOKEN)")
     talk.set_defaults(func=_cmd_talk)
+
+    token = sub.add_parser("token", help="site key tokens, for a host site's backend (docs/protocol.md)")
+    token_sub = token.add_subparsers(dest="token_command", required=True)
+    mint = token_sub.add_parser("mint", help="print a token of a site key from $VOXLINE_SITE_KEYS")
+    mint.add_argument("--key", required=True, help="the site key's id")
+    mint.add_argument("--origin", default=None,
+                      help="the page origin the token is for (omit for clients that send no Origin, e.g. talk)")
+    mint.add_argument("--ttl", type=float, default=None, help="lifetime in seconds (default $VOXLINE_TOKEN_TTL_S, 300)")
+    mint.set_defaults(func=_cmd_token_mint)
+    secret = token_sub.add_parser("secret", help="print a new random secret for a site key")
+    secret.set_defaults(func=_cmd_token_secret)
 
     bench = sub.add_parser("bench", help="benchmarks; each prints a JSON summary").add_subparsers(
         dest="bench_command", required=True)

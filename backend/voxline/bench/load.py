@@ -11,6 +11,9 @@ RSS along the way.
 
 Without `--url` the bench starts its own `voxline serve` (two with `--compare-batching`: batching on and off, run
 level by level alternately, so both see the machine in the same state), knows its PID and stops it at the end.
+That server has the per-address and per-session abuse limits lifted (`OWN_SERVER_ENV`); a server given by `--url`
+keeps its own, so past its sessions-per-address cap the report shows `too_many_sessions`, and each session paces
+its frames to the rates its `welcome` announces (`paced_s` says when that, not the server, bounded throughput).
 """
 
 from __future__ import annotations
@@ -63,14 +66,26 @@ SOAK_WINDOW_SHARE = 0.1
 RSS_SAMPLE_EVERY_S = 10.0
 SLOW_EXAMPLES = 5
 """How many of the slowest turns the slow-turn report shows with their stages."""
+PACING_MARGIN = 0.9
+"""A session sends at this share of the rates its `welcome.limits` announce: the server counts arrivals, and the
+network can bunch frames that left on time."""
+OWN_SERVER_ENV = {
+    "VOXLINE_MAX_SESSIONS_PER_ADDRESS": "0",
+    "VOXLINE_MAX_MESSAGES_PER_S": "1000000", "VOXLINE_MAX_MESSAGE_BURST": "1000000",
+    "VOXLINE_MAX_AUDIO_FRAMES_PER_S": "1000000", "VOXLINE_MAX_AUDIO_FRAME_BURST": "1000000",
+}
+"""The bench's own server lifts the per-address and per-session abuse limits (0 = no cap): every simulated user
+comes from 127.0.0.1 and sends turns back to back, so with a browser's limits the bench would measure the limits.
+A variable already set in the environment wins."""
 
 TURN_KINDS = ("llm", "intent", "audio")
-STAGES = ("asr", "intent", "queue", "prefill", "decode", "tts", "transport")
+STAGES = ("uplink", "asr", "intent", "queue", "prefill", "decode", "tts", "transport")
 """The server's `timings.stages`: the path to the first reply audio, in order."""
-_STAGE_ENDS = (("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
+_STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
                ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),
                ("transport", "first_audio_sent_ms"))
-"""For servers that send no `stages`: the timing mark at which each stage ends (see `derived_stages`)."""
+"""For servers that send no `stages`: the timing mark at which each stage ends (see `derived_stages`); the same
+rule as the server's own `first_audio_stages`."""
 COMMANDS = [
     "pause the music", "turn the volume down", "set the volume to 30", "next song", "what time is it",
     "resume the music", "turn on the kitchen lights", "set a timer for 5 minutes", "mute", "turn the lights off",
@@ -144,6 +159,9 @@ class LevelLog:
     errors: list[ErrorEvent] = field(default_factory=list)
     rss_kib: list[tuple[float, int]] = field(default_factory=list)
     """(seconds since the level started, server RSS), when the server's PID is known."""
+    paced_s: float = 0.0
+    """Time the users held frames back within the window, to stay within the server's announced rates (`Pacer`):
+    above zero, the server's per-session limits bounded the throughput, not its capacity."""
 
     def window(self, start_s: float, end_s: float) -> tuple[list[TurnRecord], list[ErrorEvent]]:
         return ([t for t in self.turns if start_s <= t.done_s < end_s],
@@ -226,12 +244,50 @@ class SessionRefused(Exception):
     """The server answered `hello` with an error (already counted) instead of `welcome`."""
 
 
+class FrameDropped(Exception):
+    """The server dropped a frame unread (`rate_limited`, already counted): the turn may never be answered."""
+
+    def __init__(self, retry_after_ms: float) -> None:
+        super().__init__(f"retry after {retry_after_ms:.0f} ms")
+        self.retry_after_ms = retry_after_ms
+
+
+class Pacer:
+    """Keeps one kind of frame within the rate the server announced, as a polite client does: a frame over it
+    would be dropped unread and its turn never answered."""
+
+    def __init__(self, rate_per_s: float | None, burst: float) -> None:
+        self.rate_per_s = rate_per_s * PACING_MARGIN if rate_per_s else None
+        self.burst = max(1.0, burst * PACING_MARGIN - 1)  # `hello` already took one of the server's tokens
+        self.tokens, self.at = self.burst, time.perf_counter()
+
+    @classmethod
+    def from_limits(cls, limits: dict, rate_key: str, burst_key: str) -> Pacer:
+        return cls(limits.get(rate_key), limits.get(burst_key) or 1)
+
+    async def take(self) -> float:
+        """Wait for a token if none is left; returns the seconds waited."""
+        if self.rate_per_s is None:
+            return 0.0
+        now = time.perf_counter()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate_per_s)
+        self.at = now
+        wait_s = 0.0
+        if self.tokens < 1.0:
+            wait_s = (1.0 - self.tokens) / self.rate_per_s
+            await asyncio.sleep(wait_s)
+            self.tokens, self.at = 1.0, time.perf_counter()
+        self.tokens -= 1.0
+        return wait_s
+
+
 class SimulatedUser:
     """One `/ws` connection in a closed loop until `deadline_s`; after a drop it reconnects (counted as an error)."""
 
     def __init__(self, url: str, plan: TurnPlan, log: LevelLog, rng: random.Random, deadline_s: float) -> None:
         self.url, self.plan, self.log, self.rng, self.deadline_s = url, plan, log, rng, deadline_s
         self.turn_id = 0
+        self.text_pacer = self.audio_pacer = Pacer(None, 1)
 
     async def run(self) -> None:
         from websockets.asyncio.client import connect
@@ -241,12 +297,14 @@ class SimulatedUser:
             try:
                 async with connect(self.url, max_size=None, open_timeout=CONNECT_TIMEOUT_S,
                                    close_timeout=CLOSE_TIMEOUT_S) as ws:
-                    await hello(ws, self.plan)
+                    await self._open(ws)
                     while time.perf_counter() < self.deadline_s:
                         retry_after_ms = await self._turn(ws)
                         pause_ms = max(self.plan.think_ms, retry_after_ms)
                         if pause_ms:
                             await asyncio.sleep(pause_ms / 1000)
+            except FrameDropped as dropped:  # a new connection is the one way to know the server's state again
+                await asyncio.sleep(dropped.retry_after_ms / 1000)
             except TimeoutError:
                 self._error("timeout")
             except (ConnectionClosed, InvalidHandshake, OSError):
@@ -259,6 +317,17 @@ class SimulatedUser:
     def _error(self, code: str) -> None:
         self.log.errors.append(ErrorEvent(time.perf_counter(), code))
 
+    async def _open(self, ws) -> None:
+        limits = (await hello(ws, self.plan)).get("limits") or {}
+        self.text_pacer = Pacer.from_limits(limits, "max_messages_per_s", "max_message_burst")
+        self.audio_pacer = Pacer.from_limits(limits, "max_audio_frames_per_s", "max_audio_frame_burst")
+
+    async def _send(self, ws, frame: str | bytes) -> None:
+        waited_s = await (self.audio_pacer if isinstance(frame, bytes) else self.text_pacer).take()
+        if waited_s and self.log.window_start_s <= time.perf_counter() < self.log.window_end_s:
+            self.log.paced_s += waited_s
+        await ws.send(frame)
+
     async def _turn(self, ws) -> float:
         """One turn, start to `timings`; returns how long the server asked us to wait (`overloaded`), in ms."""
         self.turn_id += 1
@@ -270,21 +339,22 @@ class SimulatedUser:
     async def _send_turn(self, ws, kind: str) -> None:
         turn_id = self.turn_id
         if kind == "intent":
-            await ws.send(json.dumps({"type": "text", "turn_id": turn_id, "text": self.rng.choice(COMMANDS)}))
+            await self._send(ws, json.dumps({"type": "text", "turn_id": turn_id, "text": self.rng.choice(COMMANDS)}))
         elif kind == "llm":
-            await ws.send(json.dumps({"type": "turn.start", "turn_id": turn_id,
-                                      "transcript": self.rng.choice(QUESTIONS),
-                                      "confidence": round(self.rng.uniform(*self.plan.confidence), 3)}))
+            await self._send(ws, json.dumps({"type": "turn.start", "turn_id": turn_id,
+                                             "transcript": self.rng.choice(QUESTIONS),
+                                             "confidence": round(self.rng.uniform(*self.plan.confidence), 3)}))
         else:
-            await ws.send(json.dumps({"type": "turn.start", "turn_id": turn_id, "transcript": "",
-                                      "confidence": AUDIO_TURN_CONFIDENCE, "audio": "pcm16"}))
+            await self._send(ws, json.dumps({"type": "turn.start", "turn_id": turn_id, "transcript": "",
+                                             "confidence": AUDIO_TURN_CONFIDENCE, "audio": "pcm16"}))
             clip = self.rng.choice(self.plan.audio_clips)
             step = p.PCM16_UPLINK_RATE_HZ * self.plan.uplink_frame_ms // 1000 * 2
             for offset in range(0, len(clip), step):
-                await ws.send(p.encode_audio_frame("pcm16", turn_id, clip[offset:offset + step]))
-            await ws.send(json.dumps({"type": "turn.audio_end", "turn_id": turn_id}))
+                await self._send(ws, p.encode_audio_frame("pcm16", turn_id, clip[offset:offset + step]))
+            await self._send(ws, json.dumps({"type": "turn.audio_end", "turn_id": turn_id}))
 
     async def _await_turn(self, ws, kind: str, sent: float) -> float:
+        """Read until this turn's `timings`; frames of other turns (late ones of a cut-off turn) are skipped."""
         first_audio = reply_done = error = None
         retry_after_ms = 0.0
         while True:
@@ -302,6 +372,8 @@ class SimulatedUser:
                     error = error or code
                 if code == "overloaded":
                     retry_after_ms = max(retry_after_ms, float(message.get("retry_after_ms") or 0))
+                elif code == "rate_limited":
+                    raise FrameDropped(float(message.get("retry_after_ms") or 0))
             elif message.get("turn_id") != self.turn_id:
                 continue
             elif message.get("type") == "reply.done":
@@ -440,7 +512,7 @@ class ServeProcess:
     def __enter__(self) -> ServeProcess:
         command = [sys.executable, "-m", "voxline.cli", "serve", "--port", str(self.port), "--llm", self.llm,
                    "--log-level", "warning", *self.serve_args]
-        env = os.environ | {"VOXLINE_TTS_ENGINE": self.tts_engine, "VOXLINE_LLM_MODEL": self.llm}
+        env = OWN_SERVER_ENV | os.environ | {"VOXLINE_TTS_ENGINE": self.tts_engine, "VOXLINE_LLM_MODEL": self.llm}
         self.process = subprocess.Popen(command, env=env, stdout=self._output, stderr=subprocess.STDOUT)
         try:
             self._wait_healthy(shlex.join(command[2:]))
@@ -662,6 +734,7 @@ def build_report(config: dict, targets: list[Target], welcomes: dict[str, dict],
         levels = []
         for log, (turns, errors) in zip(logs[target.name], counted[target.name]):
             level = level_summary(turns, errors, log.window_end_s - log.window_start_s, log.sessions)
+            level["paced_s"] = round(log.paced_s, 2)
             if log.rss_kib:
                 level["server_rss_kib"] = {"start": log.rss_kib[0][1], "end": log.rss_kib[-1][1]}
             levels.append(level)
