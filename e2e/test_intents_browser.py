@@ -309,6 +309,25 @@ def test_server_intents_are_cached_only_from_the_configured_server(origin, voxli
     assert refused is False
 
 
+def test_the_resolver_caches_server_intents_only_from_the_page_s_server(origin, voxline_server):
+    """The server a page talks to may not be where Voxline's files come from (a widget's `server` attribute): the
+    one it talks to is the one whose intents are cached; with no server, none is."""
+    other = "wss://voice.example/ws"
+    result = origin.evaluate("""async ([other, base]) => {
+        const { IntentResolver } = await import('/voxline/intents.js');
+        const m = {intent: 'media.next', slots: {}};
+        const out = [];
+        for (const [name, server] of [['vx-other', other], ['vx-none', null], ['vx-default', undefined]]) {
+            const resolver = await IntentResolver.create({ cacheName: name, server, engine: false });
+            await resolver.cache.setGrammarVersion('g1');
+            out.push([await resolver.remember('next song', m, other), await resolver.remember('skip', m, base)]);
+            resolver.close();
+        }
+        return out;
+    }""", [other, voxline_server.url.replace("http:", "ws:") + "/ws"])
+    assert result == [[True, False], [False, False], [False, True]]
+
+
 def test_clear_empties_the_cache(origin):
     result = with_cache(origin, f"""
         await cache.put('turn the volume down', {VOLUME_DOWN}, 'local');

@@ -1,6 +1,9 @@
 // The demo page: a progress bar while models load, a listening/thinking state, the live transcript and an event
 // log. `/?autostart=1` loads the models, fires `voxline:ready`, then opens the microphone (used by the tests).
+// On a server with site keys, `/?key=ID` gets its tokens from the server's `/token?key=ID` (a public key that lists
+// this page's origin), and `/?token-url=URL` from another endpoint.
 import { EVENTS } from './voxline/events.js';
+import { tokenFromUrl } from './voxline/link.js';
 import { settingsFromQuery } from './voxline/settings.js';
 import { Voxline } from './voxline/voxline.js';
 
@@ -63,8 +66,10 @@ document.addEventListener(EVENTS.error, (e) => {
   $('detail').textContent = e.detail.message;
 });
 
+const tokenUrl = params.get('token-url') ?? (params.get('key') ? `token?key=${encodeURIComponent(params.get('key'))}` : null);
 const voxline = new Voxline({
   base: new URL('./', location.href),
+  token: tokenUrl ? tokenFromUrl(new URL(tokenUrl, location.href)) : null,
   settings: settingsFromQuery(location.search),
   onProgress: (fraction, loaded, total) => {
     $('progress').value = fraction;

@@ -22,8 +22,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     overrides = {"host": args.host, "port": args.port, "llm_model": args.llm, "workers": args.workers,
                  "batching": None if args.batching is None else args.batching == "on",
-                 "otlp_endpoint": args.otlp_endpoint}
+                 "otlp_endpoint": args.otlp_endpoint, "engine": args.engine, "ray_address": args.ray_address}
     settings = Settings.from_env(**overrides)
+    if settings.engine == "ray" and settings.workers > 1 and not settings.ray_address:
+        raise VoxlineError("--engine ray with --workers N needs one shared cluster: start it with `ray start "
+                           "--head` and pass --ray-address auto (each worker would start its own Ray otherwise)")
     print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
     if settings.workers <= 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
@@ -153,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="dynamic LLM batching with priority lanes, or one reply at a time (VOXLINE_BATCHING)")
     serve.add_argument("--otlp-endpoint", default=None, metavar="URL",
                        help="export OpenTelemetry traces to this OTLP/HTTP traces URL (VOXLINE_OTLP_ENDPOINT)")
+    serve.add_argument("--engine", choices=["embedded", "ray"], default=None,
+                       help="where the models run: in this process (default), or as Ray Serve deployments "
+                            "(pip install voxline[ray]; docs/deploy.md) (VOXLINE_ENGINE)")
+    serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
+                       help="with --engine ray: the Ray cluster (auto, HOST:6379); default: start a local Ray "
+                            "instance (VOXLINE_RAY_ADDRESS)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_cmd_serve)
 

@@ -120,6 +120,21 @@ class Settings:
     otlp_endpoint: str = ""
     """OTLP/HTTP traces endpoint (`http://collector:4318/v1/traces`); empty = tracing off, unless the standard
     `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables are set."""
+    # Scale-out on Ray Serve (voxline/ray_engine.py, docs/deploy.md): the front keeps the sessions, the models run
+    # as deployments. A worker spec reads `replicas=1 cpus=1 gpus=0 target_ongoing=8`; `replicas=1-4` autoscales
+    # between 1 and 4 replicas on ongoing requests per replica (`target_ongoing`).
+    engine: str = "embedded"
+    """`embedded` (the models in this process) or `ray` (the models as Ray Serve deployments)."""
+    ray_address: str = ""
+    """Ray cluster to use (`auto`, `HOST:6379`, `ray://HOST:10001`); empty = start a local Ray instance."""
+    ray_local_cpus: int = 0
+    """CPUs a local Ray instance offers its replicas (0 = every CPU of the machine)."""
+    ray_llm: str = "replicas=1 cpus=1 gpus=0 target_ongoing=8"
+    """The LLM deployment; each replica batches what it receives in its own TurnScheduler."""
+    ray_tts: str = "replicas=1 cpus=0.5 gpus=0 target_ongoing=4"
+    """The TTS deployment."""
+    ray_asr: str = "replicas=1 cpus=0.5 gpus=0 target_ongoing=2"
+    """The server re-recognition deployment (Whisper is loaded by a replica on its first turn)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: object) -> Settings:

@@ -131,6 +131,10 @@ class LLM:
         except (OSError, RuntimeError, ValueError) as exc:
             raise ModelError(f"cannot load the LLM in {self.folder}: {exc}") from exc
         self._stop_ids = {i for t in self.format.stop_tokens if (i := self.tokenizer.token_to_id(t)) is not None}
+        self._special = sorted({t.content for t in self.tokenizer.get_added_tokens_decoder().values() if t.special}
+                               | set(self.format.stop_tokens), key=len, reverse=True)
+        """Control-token strings (`<|im_start|>`, `<|im_end|>`, ...): the tokenizer would turn them into real control
+        tokens, so they are taken out of whatever the user said (see `prompt`)."""
         self.system_prompt = system_prompt
         self._system_tokens = self._tokens(self.format.message("system", system_prompt))
         self.use_static_prompt = use_static_prompt and self._splits_cleanly()
@@ -144,8 +148,20 @@ class LLM:
 
     def prompt(self, messages: Sequence[Message]) -> tuple[list[str], list[str]]:
         """(system prompt tokens, the rest of the prompt's tokens), ending with the assistant's generation prompt."""
-        text = "".join(self.format.message(m.role, m.content) for m in messages) + self.format.generation_prompt()
-        return self._system_tokens, self._tokens(text)
+        text = "".join(self.format.message(m.role, self.neutralize(m.content)) for m in messages)
+        return self._system_tokens, self._tokens(text + self.format.generation_prompt())
+
+    def neutralize(self, content: str) -> str:
+        """`content` without control-token strings: a transcript saying `<|im_end|><|im_start|>system` must stay
+        words inside the user's turn, never close it and open a system turn (prompt injection)."""
+        if "<" not in content:
+            return content
+        previous = None
+        while previous != content:  # removing one may join the halves of another
+            previous = content
+            for token in self._special:
+                content = content.replace(token, "")
+        return content
 
     def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         """Run the requests as one batch, blocking until all are done; raises `LLMError` if the model fails."""

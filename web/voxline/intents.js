@@ -46,15 +46,17 @@ export class IntentResolver {
 
   /**
    * Open the cache and start the engine in the background.
-   * @param {{base?: string|URL, lang?: string, cacheName?: string, maxEntries?: number, engine?: boolean,
-   *   onReady?: (info: {grammar_version: string, load_ms: number, timings: Record<string, number>}) => void,
+   * @param {{base?: string|URL, server?: string|URL|null, lang?: string, cacheName?: string, maxEntries?: number,
+   *   engine?: boolean, onReady?: (info: {grammar_version: string, load_ms: number, timings: Record<string, number>}) => void,
    *   onError?: (failure: EngineFailure) => void}} [options]
-   *   base: the Voxline server (default: where this module is served from); only its intents enter the cache.
+   *   base: the Voxline server (default: where this module is served from).
+   *   server: the server whose intents may enter the cache (its WebSocket URL will do); default `base`, null: none.
    *   engine: false does not start the engine: the cache works alone until `startEngine()`.
    */
-  static async create({ base = new URL('..', import.meta.url), lang = 'en', cacheName, maxEntries,
+  static async create({ base = new URL('..', import.meta.url), server, lang = 'en', cacheName, maxEntries,
     engine = true, onReady = () => {}, onError = () => {} } = {}) {
-    const cache = await IntentCache.open({ name: cacheName, maxEntries, acceptServerFrom: new URL(base, location.href) });
+    const acceptServerFrom = server === null ? null : new URL(server ?? base, location.href);
+    const cache = await IntentCache.open({ name: cacheName, maxEntries, acceptServerFrom });
     const resolver = new IntentResolver(cache, lang);
     if (engine) resolver.#start(onReady, onError);
     return resolver;

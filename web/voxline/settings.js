@@ -45,6 +45,16 @@ export const DEFAULTS = Object.freeze({
   localIntentMinConfidence: 0.5,
   /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
   earlyIntentMinConfidence: 0.75,
+  /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */
+  intentCacheMaxEntries: 500,
+
+  // Reconnecting to the backend after the connection drops: exponential backoff with jitter, capped.
+  /** Wait before the first reconnect attempt; it doubles with each attempt that fails. */
+  reconnectFirstMs: 500,
+  /** The wait between attempts never grows past this. */
+  reconnectMaxMs: 10000,
+  /** Fraction of each wait drawn at random (0 none, 1 all), so that pages dropped together do not return together. */
+  reconnectJitter: 0.5,
 
   /** Use the full 30 s window for every decode (the slower baseline `voxline bench asr` compares against). */
   fullWindow: false,

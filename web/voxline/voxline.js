@@ -43,14 +43,17 @@ function whenReady(worker, name) {
 export class Voxline {
   /**
    * @param {{base?: string|URL, server?: string|URL|null, settings?: object, target?: EventTarget,
+   *          token?: string|null|(() => string|Promise<string>),
    *          onProgress?: (fraction: number, loaded: number, total: number) => void}} options
    *   server: the backend's WebSocket URL (default: `/ws` on `base`); null runs without a backend.
+   *   token: for a server with site keys: a token, or a function that gets a fresh one (`tokenFromUrl`).
    */
   constructor(options = {}) {
     this.base = new URL(options.base ?? new URL('..', import.meta.url));
     const ws = new URL('ws', this.base);
     ws.protocol = ws.protocol === 'https:' ? 'wss:' : 'ws:';
     this.serverUrl = options.server === null ? null : String(options.server ?? ws);
+    this.token = options.token ?? null;
     /** @type {Map<number, {text: string, audio: boolean}>} server turn id → reply state */
     this.replies = new Map();
     /** @type {((msg: object) => void)[]} waiting for the Opus packets of the turn that just ended */
@@ -73,7 +76,9 @@ export class Voxline {
     try {
       // The engine (Pyodide) starts after `ready`: its start-up would slow the speech models' loading, and the
       // cache answers without it meanwhile.
-      const intents = IntentResolver.create({ base: this.base, engine: false }).catch((error) => {
+      // Only intents from the configured server may enter the cache (none when there is no server).
+      const intents = IntentResolver.create({ base: this.base, server: this.serverUrl, engine: false,
+        maxEntries: this.settings.intentCacheMaxEntries }).catch((error) => {
         this.#fail('intent_cache_unavailable', `Local commands are off: the intent cache could not be opened (${error.message}).`);
         return null;
       });
@@ -294,7 +299,10 @@ export class Voxline {
     });
     const replyOf = (turnId) => this.replies.get(turnId) ?? { text: '', audio: false };
     this.link = new BackendLink(this.serverUrl, {
-      onStatus: (connected) => { this.backendConnected = connected; },
+      onStatus: (connected) => {
+        this.backendConnected = connected;
+        if (!connected) this.#endServerTurns();
+      },
       onTranscript: (turnId, text) => this.events.emit(EVENTS.transcript, { text, final: true, confidence: 1, source: 'server', turn_id: turnId }),
       onIntent: (turnId, msg) => {
         const match = { intent: msg.intent, slots: msg.slots, confirmation: msg.confirmation };
@@ -322,9 +330,26 @@ export class Voxline {
       },
       onTimings: (turnId, timings) => { this.lastTimings = timings; },
       onError: (code, message, turnId) => this.#fail(code, message, turnId),
-    }, { opus: this.opus });
+    }, { opus: this.opus, token: this.token, reconnect: { firstMs: this.settings.reconnectFirstMs, maxMs: this.settings.reconnectMaxMs,
+      jitter: this.settings.reconnectJitter } });
     this.link.connect();
     this.player.warmUp().catch(() => {}); // an AudioContext takes a while to start: not on the first reply
+  }
+
+  /**
+   * The connection dropped: the turns it was answering are over, with what arrived of them. Audio already received
+   * still plays out; each turn gets its final `voxline:reply` (interrupted), and none is ever barged in on later.
+   */
+  #endServerTurns() {
+    const turnIds = new Set(this.replies.keys());
+    if (this.activeServerTurn != null) turnIds.add(this.activeServerTurn);
+    for (const turnId of turnIds) {
+      const reply = this.replies.get(turnId);
+      if (reply?.audio) this.player.end(turnId);
+      this.events.emit(EVENTS.reply, { text: reply?.text ?? '', final: true, interrupted: true, turn_id: turnId });
+    }
+    this.replies.clear();
+    this.activeServerTurn = null;
   }
 
   /**
@@ -359,6 +384,7 @@ export class Voxline {
 
   /** Hand the turn to the backend: the transcript, and its audio when the confidence is below the gate. */
   async #serverTurn(turn, text, confidence) {
+    if (this.link?.dormant) await this.link.wake(); // closed for idling: back for this turn
     if (!this.link?.connected) {
       this.#fail('backend_unreachable', this.serverUrl
         ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'

@@ -7,12 +7,14 @@
 //
 // Attributes: `server` (WebSocket URL; default `ws` on `base`; `none`: local commands only), `base` (the Voxline server; default the origin the
 // widget script came from), `autostart` (listen once loaded), `lazy` (load the models on the first press, not at
-// once), `floating` (pinned to the corner of the viewport), `label` (the button's accessible name).
+// once), `floating` (pinned to the corner of the viewport), `label` (the button's accessible name), `token-url`
+// (for a server with site keys: POSTed to for a fresh token before each connection, see docs/protocol.md).
 // Reflected: `state` (loading, idle, listening, thinking, speaking, offline, error), for the page's own CSS.
 //
 // Voxline dispatches its events on the element (bubbling, composed), so they reach both the element's own listeners
 // and `document`, exactly as on the demo page.
 import { EVENTS } from '../voxline/events.js';
+import { tokenFromUrl } from '../voxline/link.js';
 import { Voxline } from '../voxline/voxline.js';
 import { useServerBase } from './core-url.js';
 import { INITIAL_STATUS, nextStatus, shownState } from './state.js';
@@ -79,7 +81,7 @@ function describeIntent(name) {
 
 export class VoxlineAssistant extends HTMLElement {
   /** Used when the element has no attribute of the same name (the script tag sets them from its data-*). */
-  static defaults = { base: null, server: null, autostart: false, lazy: false };
+  static defaults = { base: null, server: null, autostart: false, lazy: false, 'token-url': null };
 
   /** @type {import('./state.js').WidgetStatus} */
   #status = INITIAL_STATUS;
@@ -228,9 +230,11 @@ export class VoxlineAssistant extends HTMLElement {
     const base = this.base;
     useServerBase(base);
     const server = this.#option('server');
+    const tokenUrl = this.#option('token-url');
     const voxline = new Voxline({
       base,
       server: server === 'none' ? null : server ?? undefined,
+      token: tokenUrl ? tokenFromUrl(tokenUrl) : null,
       target: this,
       onProgress: (fraction) => this.#ui.panel.style.setProperty('--progress', String(fraction)),
     });

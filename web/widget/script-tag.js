@@ -2,9 +2,9 @@
 //
 //   <script src="https://voxline.example/widget.js" data-server="wss://voxline.example/ws"></script>
 //
-// The script's own origin is the Voxline server (`base`); its data-server, data-base, data-autostart and
-// data-lazy become the defaults of every <voxline-assistant> on the page. If the page has none, one floating
-// assistant is added to <body>. The exports are on `window.VoxlineWidget`, among them `assistant`, a promise of
+// The script's own origin is the Voxline server (`base`); its data-server, data-base, data-autostart, data-lazy
+// and data-token-url become the defaults of every <voxline-assistant> on the page. If the page has none, one
+// floating assistant is added to <body>. The exports are on `window.VoxlineWidget`, among them `assistant`, a promise of
 // the page's (first) element, for handlers: `VoxlineWidget.assistant.then((el) => el.onIntent(...))`.
 import { VoxlineAssistant, defineVoxlineAssistant } from './assistant.js';
 
@@ -16,6 +16,7 @@ Object.assign(VoxlineAssistant.defaults, {
   server: data.server ?? null,
   autostart: data.autostart !== undefined && data.autostart !== 'false',
   lazy: data.lazy !== undefined && data.lazy !== 'false',
+  'token-url': data.tokenUrl ?? null,
 });
 defineVoxlineAssistant();
 

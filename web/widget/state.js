@@ -27,8 +27,9 @@ export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false
 
 /** Error codes after which nothing works until the user acts (reload, allow the microphone). */
 const FATAL_ERROR = /^(mic_|model_|load_failed$)/;
-/** Errors that mean the server could not be reached (local commands still work). */
-const OFFLINE_ERRORS = new Set(['backend_unreachable']);
+/** Errors that mean the server could not be reached, or will not serve this page (local commands still work). */
+const OFFLINE_ERRORS = new Set(['backend_unreachable', 'token_unavailable', 'unauthenticated', 'origin_not_allowed',
+  'unauthorized', 'unsupported_version', 'unsupported_language']);
 
 /** @param {WidgetStatus} status @returns {Phase} where a finished turn leaves the button */
 function rest(status) {

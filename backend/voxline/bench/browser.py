@@ -16,6 +16,7 @@ import uvicorn
 
 from voxline.config import Settings
 from voxline.server.app import create_app
+from voxline.server.protocol import MAX_FRAME_BYTES
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -41,7 +42,8 @@ class ServerThread:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         app = create_app(settings or Settings.from_env())
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                                    ws_max_size=MAX_FRAME_BYTES))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property

@@ -30,10 +30,13 @@ from voxline.config import Settings
 from voxline.errors import VoxlineError
 from voxline.models import Manifest, load_manifest
 from voxline.models.supply import is_current, require_models
+from voxline.server.admission import Gate
 from voxline.server.cors import CrossOriginMiddleware
+from voxline.server.drain import Drain
 from voxline.server.headers import IsolationHeadersMiddleware
 from voxline.server.metrics import ServerMetrics
 from voxline.server.session import Engines
+from voxline.server.token_endpoint import token_routes
 from voxline.server.widget import widget_routes
 from voxline.server.ws import websocket_endpoint
 from voxline.telemetry import Telemetry
@@ -156,19 +159,26 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Loaded once per process, before the first connection is accepted, and shared by every session.
+        load = Engines.load
+        if settings.engine == "ray":  # the models as Ray Serve deployments (docs/deploy.md)
+            from voxline.ray_engine import load_engines as load
         engines = await asyncio.to_thread(
-            Engines.load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True),
+            load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True),
             metrics=server_metrics, telemetry=telemetry,
         )
         app.state.engines = engines
         app.state.sessions = {}
+        app.state.drain = Drain(app.state.sessions, settings.drain_timeout_s)
+        app.state.drain.install_on_sigterm()  # SIGTERM: finish the turns in flight before uvicorn closes sockets
         scheduler = engines.scheduler
         server_metrics.gauge("voxline_active_sessions", "Open WebSocket sessions", lambda: len(app.state.sessions))
         server_metrics.watch_scheduler(scheduler)
         yield
+        app.state.drain.uninstall()
         await asyncio.to_thread(scheduler.close, 5.0)
         telemetry.shutdown()
 
+    gate = Gate(settings)  # reads the site keys: a bad key file stops startup here
     routes = [
         WebSocketRoute("/ws", websocket_endpoint),
         Route("/healthz", healthz),
@@ -178,12 +188,15 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         Route("/wasm_models/manifest.json", models_manifest),
         Route("/wasm_models/{name}/{artifact}", model_file),
         *widget_routes(),
+        *token_routes(gate, settings),
         Mount("/vendor/onnxruntime-web", StaticFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist")),
         Mount("/vendor/pyodide", StaticFiles(directory=settings.node_modules_dir / "pyodide")),
         Mount("/", StaticFiles(directory=settings.web_dir, html=True)),
     ]
     middleware = [Middleware(IsolationHeadersMiddleware), Middleware(CrossOriginMiddleware)]
-    return Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    app.state.gate = gate
+    return app
 
 
 def app_from_env() -> Starlette:

@@ -1,4 +1,4 @@
-"""Cross-origin access for the embedded widget: CORS on the assets it loads, and the WebSocket origin hook.
+"""Cross-origin access for the embedded widget: CORS on the assets it loads.
 
 A page on another origin that embeds the widget loads everything else from the Voxline origin: module scripts,
 module workers (imported from a same-origin blob, see web/voxline/workers.js), audio worklets, wasm, models and
@@ -11,8 +11,9 @@ page are not readable cross-origin, so a site the user visits cannot read the me
 user's own machine or network.
 
 The WebSocket is different: browsers apply no CORS to it (any page may open `/ws` and the server only sees its
-`Origin` header), so the server must decide itself. `CrossOriginPolicy.websocket_origins` is that decision; today
-it admits every origin, and an origin allowlist (issue 8) only has to fill it in.
+`Origin` header), so the server decides itself, after accepting the handshake so that the page sees why: the origin
+allowlist and the site keys' origins in `admission.py` (`Settings.allowed_origins`, `Settings.site_keys`). `/token`
+answers its own CORS (`token_endpoint.py`): the page's origin, only when its key allows it.
 """
 
 from __future__ import annotations
@@ -27,44 +28,29 @@ WIDGET_ASSET_PREFIXES = ("/widget.js", "/voxline-widget.mjs", "/widget/", "/voxl
 worklets beside them, onnxruntime-web and Pyodide, the browser models, the intent engine wheel)."""
 PREFLIGHT_MAX_AGE_S = 86_400
 """How long a browser may reuse a preflight answer: the policy changes only when the server restarts."""
-CLOSE_POLICY_VIOLATION = 1008
-"""Refusing the WebSocket handshake (the ASGI server answers HTTP 403)."""
 
 
 @dataclass(frozen=True)
 class CrossOriginPolicy:
-    """Which origins may use this server from a browser page on another origin."""
+    """What a browser page on another origin may read from this server."""
 
     asset_prefixes: tuple[str, ...] = WIDGET_ASSET_PREFIXES
     """Paths (folders end in `/`) that answer every origin with `Access-Control-Allow-Origin: *`."""
-    websocket_origins: frozenset[str] | None = None
-    """Origins (`https://shop.example`) allowed to open `/ws`; None admits any (no allowlist configured yet).
-    A client that sends no `Origin` (the Python client, curl) is not a browser page and is always admitted."""
 
     def is_asset(self, path: str) -> bool:
         """A prefix ending in `/` is a folder; any other is one exact path."""
         return any(path.startswith(p) if p.endswith("/") else path == p for p in self.asset_prefixes)
 
-    def allows_websocket(self, origin: str | None) -> bool:
-        """Whether a WebSocket handshake that carries `origin` may go on to the app."""
-        return origin is None or self.websocket_origins is None or origin in self.websocket_origins
-
 
 class CrossOriginMiddleware:
-    """Pure ASGI middleware: adds the CORS headers to widget assets, answers their preflights, and applies
-    `CrossOriginPolicy.allows_websocket` to WebSocket handshakes. Responses are never buffered."""
+    """Pure ASGI middleware: adds the CORS headers to widget assets and answers their preflights. Responses are
+    never buffered; WebSockets pass through (admission.py decides who may connect)."""
 
     def __init__(self, app: ASGIApp, policy: CrossOriginPolicy | None = None) -> None:
         self.app = app
         self.policy = policy or CrossOriginPolicy()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "websocket":
-            if not self.policy.allows_websocket(_header(scope, b"origin")):
-                await send({"type": "websocket.close", "code": CLOSE_POLICY_VIOLATION})
-                return
-            await self.app(scope, receive, send)
-            return
         if scope["type"] != "http" or not self.policy.is_asset(scope["path"]):
             await self.app(scope, receive, send)
             return

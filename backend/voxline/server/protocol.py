@@ -25,6 +25,8 @@ PROTOCOL_VERSION = 1
 # Close codes: 1000-1011 are RFC 6455's; 4000-4999 are for applications.
 CLOSE_NORMAL = 1000
 """The client said `bye`, or the server is shutting down a finished session."""
+CLOSE_INVALID_PAYLOAD = 1007
+"""A text frame that is not UTF-8: uvicorn closes the connection itself; the session never sees the frame."""
 CLOSE_POLICY_VIOLATION = 1008
 """Too many bad frames in a row (`MAX_CONSECUTIVE_BAD_FRAMES`): the peer is not speaking this protocol; or it
 kept sending after `rate_limited` (`MAX_RATE_LIMITED_FRAMES` frames dropped in a row)."""

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hmac
 import logging
 import threading
 import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -44,6 +43,8 @@ from voxline.errors import (
     LimitExceeded,
     Overloaded,
     ProtocolError,
+    SlowConsumer,
+    TooManySessions,
     TTSError,
     TurnError,
     Unauthorized,
@@ -55,6 +56,8 @@ from voxline.intents import Grammar, GrammarError, Match, builtin_grammar
 from voxline.llm import LLM, GenerationRequest
 from voxline.scheduler import SchedulerConfig, Ticket, TurnScheduler
 from voxline.server import protocol as p
+from voxline.server.admission import Gate, Peer
+from voxline.server.auth import SiteKey
 from voxline.server.metrics import ServerMetrics
 from voxline.server.resolver import IntentResolver
 from voxline.server_asr import ServerASR, decode_opus, decode_pcm16
@@ -65,6 +68,11 @@ log = logging.getLogger(__name__)
 
 APOLOGY = "Sorry, I could not answer that. Please try again."
 """The reply text when a model fails mid-turn; the `error` message beside it says what failed."""
+BUSY_APOLOGY = "Sorry, I am busy right now. Please try again in a moment."
+"""The reply text when the LLM queue is full (`overloaded`)."""
+PHRASE_CACHE_ENTRIES = 256
+"""Synthesized audio kept for fixed phrases (command confirmations, apologies): they repeat all day, and a refusal
+under overload must not cost a synthesis."""
 FIRST_CLAUSE_MAX_WORDS = 5
 """The first clause is cut after this many words (see `ClauseSplitter`): speech starts about one short phrase after
 the first token, instead of one whole sentence (on a 2-core CPU, Qwen 0.5B writes ~20 tokens a second)."""
@@ -112,6 +120,19 @@ class Engines:
     telemetry: Telemetry = field(default_factory=Telemetry)
     scheduler: TurnScheduler | None = None
     """Every LLM request goes through it; built from `settings` when not given."""
+    phrases: OrderedDict[str, np.ndarray] = field(default_factory=OrderedDict)
+    """Synthesized fixed phrases, least recently used first (see `PHRASE_CACHE_ENTRIES`)."""
+
+    def speak_phrase(self, text: str) -> np.ndarray:
+        """`tts.synthesize(text)`, remembered: for phrases that repeat (confirmations, apologies). Thread-safe
+        enough: two threads may synthesize the same phrase once each; the dict operations are atomic."""
+        samples = self.phrases.get(text)
+        if samples is None:
+            samples = self.tts.synthesize(text)
+            self.phrases[text] = samples
+            while len(self.phrases) > PHRASE_CACHE_ENTRIES:
+                self.phrases.popitem(last=False)
+        return samples
 
     def __post_init__(self) -> None:
         if self.scheduler is None:
@@ -150,17 +171,66 @@ class Outbound:
 
 
 class Outbox:
-    """The ordered queue between a session and its socket writer."""
+    """The ordered queue between a session and its socket writer, bounded for a reader that falls behind.
 
-    def __init__(self) -> None:
+    The slow-reader policy (docs/protocol.md): reply audio waiting beyond `max_audio_bytes` means the client does
+    not keep up with the speech. That turn's unsent audio is dropped, the client gets `error {code:
+    "slow_consumer"}`, and no more of the turn's audio is queued; its text still is, so `reply.done` comes as
+    always. Anything waiting beyond `max_bytes` means the client does not read at all: the queue is emptied, nothing
+    more is queued, and `on_overflow` is called (the connection is dropped). None: no bound.
+    """
+
+    def __init__(self, max_audio_bytes: int | None = None, max_bytes: int | None = None,
+                 on_overflow: Callable[[], None] | None = None) -> None:
         self._items: deque[Outbound] = deque()
         self._ready = asyncio.Event()
         self.closing = False
         """A close was queued: the writer should be left to send what is before it."""
+        self.max_audio_bytes = max_audio_bytes
+        self.max_bytes = max_bytes
+        self.on_overflow = on_overflow
+        self.queued_bytes = 0
+        self.queued_audio_bytes = 0
+        self.starved_turn: int | None = None
+        """The turn whose audio was dropped for a slow reader: its later audio is not queued either."""
+        self.overflowed = False
 
     def put(self, item: Outbound) -> None:
+        if self.overflowed:
+            return
+        size = _outbound_bytes(item)
+        if item.audio_turn is not None:
+            if item.audio_turn == self.starved_turn:
+                return
+            if self.max_audio_bytes is not None and self.queued_audio_bytes + size > self.max_audio_bytes:
+                self._starve(item.audio_turn)
+                return
+        if self.max_bytes is not None and self.queued_bytes + size > self.max_bytes:
+            self._overflow()
+            return
+        self.queued_bytes += size
+        if item.audio_turn is not None:
+            self.queued_audio_bytes += size
         self._items.append(item)
         self._ready.set()
+
+    def _starve(self, turn_id: int) -> None:
+        dropped = self.drop_audio(turn_id)
+        self.starved_turn = turn_id
+        log.warning("slow reader: dropped the reply audio of turn %s (%d frames unsent, over %d bytes waiting)",
+                    turn_id, dropped, self.max_audio_bytes)
+        self.put(Outbound(p.encode_message(p.ErrorMessage(
+            code=SlowConsumer.code, turn_id=turn_id,
+            message=f"the reply audio was not read fast enough ({self.max_audio_bytes} bytes waiting): the rest "
+                    "of this turn's audio is dropped; its text still follows"))))
+
+    def _overflow(self) -> None:
+        log.warning("reader does not read: %d bytes waiting; dropping the connection", self.queued_bytes)
+        self.overflowed = True
+        self._items.clear()
+        self.queued_bytes = self.queued_audio_bytes = 0
+        if self.on_overflow is not None:
+            self.on_overflow()
 
     def put_close(self, code: int) -> None:
         """Close the connection with `code` once everything queued so far is sent; later items are never sent."""
@@ -172,14 +242,30 @@ class Outbox:
         while not self._items:
             self._ready.clear()
             await self._ready.wait()
-        return self._items.popleft()
+        item = self._items.popleft()
+        size = _outbound_bytes(item)
+        self.queued_bytes -= size
+        if item.audio_turn is not None:
+            self.queued_audio_bytes -= size
+        return item
 
     def drop_audio(self, turn_id: int) -> int:
         """Remove the queued reply audio of a turn; returns how many frames never left."""
         kept = deque(i for i in self._items if i.audio_turn != turn_id)
         dropped = len(self._items) - len(kept)
+        freed = sum(_outbound_bytes(i) for i in self._items if i.audio_turn == turn_id)
         self._items = kept
+        self.queued_bytes -= freed
+        self.queued_audio_bytes -= freed
         return dropped
+
+
+OUTBOUND_ENCODED_LATER_BYTES = 512
+"""What a frame encoded only when it is sent (`timings`) is counted as while it waits."""
+
+
+def _outbound_bytes(item: Outbound) -> int:
+    return OUTBOUND_ENCODED_LATER_BYTES if callable(item.data) else len(item.data)
 
 
 @dataclass
@@ -225,7 +311,8 @@ class Turn:
 class Session:
     """The protocol state machine of one connection. Feed it frames; it puts replies in its `Outbox`."""
 
-    def __init__(self, engines: Engines, outbox: Outbox, session_id: str | None = None) -> None:
+    def __init__(self, engines: Engines, outbox: Outbox, session_id: str | None = None, *,
+                 gate: Gate | None = None, peer: Peer | None = None) -> None:
         self.engines = engines
         self.settings = engines.settings
         self.outbox = outbox
@@ -236,6 +323,13 @@ class Session:
         self.history = DialogHistory(self.settings.history_exchanges)
         self.tier = self.settings.default_user_tier
         """The user's service tier (1-5), one input of the scheduler's priority."""
+        self.gate = gate or Gate(self.settings)
+        """Checks `hello.token` (see admission.py); `ws.py` gives every session the app's one."""
+        self.peer = peer or Peer()
+        self.site_key: SiteKey | None = None
+        """The site key of the session's token (None on an open server, or with the shared `auth_token`)."""
+        self.refusal: TurnError | None = None
+        """Set while the server drains (drain.py): a turn that would begin now gets this error and an apology."""
         self.turns = 0
         self.span = None
         """The conversation's trace span (None when tracing is off)."""
@@ -315,17 +409,22 @@ class Session:
 
     async def _on_hello(self, hello: p.Hello) -> None:
         if hello.v != p.PROTOCOL_VERSION:
-            self._fatal(UnsupportedVersion(f"this server speaks protocol v{p.PROTOCOL_VERSION}, not v{hello.v}"),
-                        p.CLOSE_UNSUPPORTED_VERSION)
+            self._fatal(UnsupportedVersion(f"this server speaks protocol v{p.PROTOCOL_VERSION}, not v{hello.v}: use a "
+                                           f"client of protocol v{p.PROTOCOL_VERSION}"), p.CLOSE_UNSUPPORTED_VERSION)
             return
-        expected = self.settings.auth_token
-        if expected and not hmac.compare_digest((hello.token or "").encode(), expected.encode()):
-            self._fatal(Unauthorized("hello.token is missing or wrong"), p.CLOSE_UNAUTHORIZED)
+        try:
+            self.site_key = self.gate.authenticate(self.id, hello.token)
+        except (Unauthorized, TooManySessions) as exc:
+            self._fatal(exc, p.CLOSING_ERRORS[exc.code])
             return
+        if self.site_key is not None and self.site_key.tier is not None:
+            self.tier = self.site_key.tier
         try:
             self.engines.grammar.language(hello.lang)
         except GrammarError:
-            self._fatal(UnsupportedLanguage(f"no grammar for language {hello.lang!r}"), p.CLOSE_UNSUPPORTED_LANGUAGE)
+            have = ", ".join(self.engines.grammar.languages)
+            self._fatal(UnsupportedLanguage(f"no grammar for language {hello.lang!r}: say hello with one of {have}"),
+                        p.CLOSE_UNSUPPORTED_LANGUAGE)
             return
         caps = hello.capabilities
         if caps.pcm16 and caps.sample_rate != p.PCM16_UPLINK_RATE_HZ:
@@ -346,6 +445,12 @@ class Session:
                 "asr_confidence_gate": self.settings.asr_confidence_gate,
                 "reply_max_tokens": self.settings.reply_max_tokens,
                 "reply_max_seconds": self.settings.reply_max_seconds,
+                "max_frame_bytes": p.MAX_FRAME_BYTES,
+                "max_messages_per_s": self.settings.max_messages_per_s,
+                "max_message_burst": self.settings.max_message_burst,
+                "max_audio_frames_per_s": self.settings.max_audio_frames_per_s,
+                "max_audio_frame_burst": self.settings.max_audio_frame_burst,
+                "idle_timeout_s": self.settings.idle_timeout_s,
             },
             reply_audio={"encoding": "pcm16le", "sample_rate": p.REPLY_AUDIO_RATE_HZ, "channels": 1,
                          "header_bytes": p.REPLY_HEADER_BYTES},
@@ -436,6 +541,8 @@ class Session:
 
     async def _run(self, turn: Turn) -> None:
         try:
+            if self.refusal is not None:
+                raise self.refusal
             text = turn.text
             if turn.audio is not None and turn.chunks and self._needs_server_asr(turn):
                 text = await self._recognise(turn) or text
@@ -483,7 +590,7 @@ class Session:
         ))
         if match.confirmation:
             turn.reply_text = match.confirmation
-            await self._speak_clause(turn, match.confirmation)
+            await self._speak_clause(turn, match.confirmation, phrase=True)
         self._finish(turn, match.confirmation or "")
 
     async def _answer_with_llm(self, turn: Turn) -> None:
@@ -539,11 +646,16 @@ class Session:
         while (clause := await clauses.get()) is not None:
             await self._speak_clause(turn, clause)
 
-    async def _speak_clause(self, turn: Turn, clause: str) -> None:
+    async def _speak_clause(self, turn: Turn, clause: str, *, phrase: bool = False) -> None:
+        """Synthesize one clause and queue its audio; `phrase`: a fixed phrase, synthesized once per server."""
         text = speakable(clause)
         if not text or not self.capabilities.reply_audio:
             return
-        samples = await asyncio.to_thread(self.engines.tts.synthesize, text)
+        engines = self.engines
+        if phrase and text in engines.phrases:
+            samples = engines.speak_phrase(text)  # no thread hop for a cached phrase
+        else:
+            samples = await asyncio.to_thread(engines.speak_phrase if phrase else engines.tts.synthesize, text)
         if samples.size == 0:
             return  # nothing pronounceable (an emoji): no frames, and no clause for played_ms to count
         turn.mark("tts_first_audio_ms")
@@ -582,12 +694,13 @@ class Session:
         turn.kind = None  # a failed exchange stays out of the history: the model would imitate its broken reply
         self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn.turn_id,
                                   retry_after_ms=getattr(error, "retry_after_ms", None)))
+        apology = BUSY_APOLOGY if isinstance(error, Overloaded) else APOLOGY
         if not isinstance(error, TTSError):
             try:
-                await self._speak_clause(turn, APOLOGY)
+                await self._speak_clause(turn, apology, phrase=True)
             except Exception:  # the apology stays text-only; the turn must still end
                 log.warning("turn %s of session %s: the apology could not be spoken", turn.turn_id, self.id)
-        self._finish(turn, APOLOGY)
+        self._finish(turn, apology)
 
     async def _interrupt(self, turn: Turn, played_ms: float) -> None:
         await _stop(turn, self.engines.scheduler)
@@ -672,10 +785,26 @@ class Session:
             self.state = SessionState.CLOSED
             self.outbox.put_close(p.CLOSE_POLICY_VIOLATION)
 
-    def _fatal(self, error: ProtocolError, close_code: int) -> None:
+    def _fatal(self, error: VoxlineError, close_code: int) -> None:
         self._send(p.ErrorMessage(code=error.code, message=error.message))
         self.state = SessionState.CLOSED
         self.outbox.put_close(close_code)
+
+    async def abort_turn(self, error: TurnError) -> None:
+        """Stop the turn in progress now and end it with `error` and the apology as its `reply.done` (the server
+        is going away: the client must hear that the turn was cut, not lose it silently)."""
+        turn = self.turn
+        if turn is None:
+            return
+        await _stop(turn, self.engines.scheduler)
+        if self.turn is turn:
+            await self._fail(turn, error)
+
+    def end(self, error: VoxlineError, close_code: int) -> None:
+        """Close from outside the protocol (idle timeout, server drain): `error`, then close with `close_code`;
+        a turn in progress is dropped unanswered, so callers end turns first."""
+        if self.state is not SessionState.CLOSED:
+            self._fatal(error, close_code)
 
 
 _TIMING_MARKS = ("asr_ms", "intent_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",

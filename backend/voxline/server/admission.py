@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from voxline.config import Settings
 from voxline.errors import OriginNotAllowed, TooManySessions, Unauthenticated, Unauthorized
-from voxline.server.auth import SiteKey, load_site_keys, normalize_origin, verify_token
+from voxline.server.auth import KEY_ID_PATTERN, SiteKey, load_site_keys, normalize_origin, verify_token
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ class Gate:
 def _key_id(token: str) -> str | None:
     """The key id a token claims (for the log), if it has the token's shape at all."""
     parts = token.split(".")
-    return parts[1] if len(parts) == 5 and len(parts[1]) <= 64 else None
+    return parts[1] if len(parts) == 5 and KEY_ID_PATTERN.match(parts[1]) else None
 
 
 def _decrement(counter: Counter[str], name: str) -> None:
