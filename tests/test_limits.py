@@ -14,7 +14,6 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
 
 from voxline.config import Settings
 from voxline.server import protocol as p
@@ -188,10 +187,10 @@ def receive(ws) -> dict:
 
 
 def closed_with(ws) -> int:
-    with pytest.raises(WebSocketDisconnect) as info:
-        while True:
-            ws.receive()  # whatever is still queued before the close
-    return info.value.code
+    """The close code, after whatever is still queued before the close."""
+    while (message := ws.receive())["type"] != "websocket.close":
+        pass
+    return message["code"]
 
 
 def test_text_frames_over_the_rate_are_dropped_after_one_rate_limited(engines):
@@ -219,7 +218,7 @@ def test_the_rate_limited_error_says_when_to_retry(engines):
 
 
 def test_a_flood_is_closed_with_policy_violation(engines):
-    with ws_client(engines, max_messages_per_s=1, max_message_burst=1) as client, \
+    with ws_client(engines, max_messages_per_s=0.01, max_message_burst=1) as client, \
             client.websocket_connect("/ws") as ws:
         for _ in range(1 + p.MAX_RATE_LIMITED_FRAMES):
             ws.send_text('{"type": "teleport"}')
@@ -288,16 +287,18 @@ def test_a_long_turn_is_not_idle(engines):
 
 
 class Serving:
-    """uvicorn in a thread on a free port, over already loaded engines."""
+    """uvicorn in a thread on a free port, over already loaded engines; accepted sockets inherit `sndbuf`."""
 
-    def __init__(self, engines: Engines, **config) -> None:
+    def __init__(self, engines: Engines, sndbuf: int | None = None) -> None:
         app = Starlette(routes=[WebSocketRoute("/ws", websocket_endpoint)])
         app.state.engines, app.state.sessions = engines, {}
         self.app = app
         self.sock = socket.socket()
+        if sndbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"ws://127.0.0.1:{self.sock.getsockname()[1]}/ws"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", **config))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> Serving:
@@ -316,24 +317,36 @@ def test_a_client_that_does_not_read_is_dropped_and_the_server_keeps_nothing(eng
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
-    settings = dataclasses.replace(engines.settings, outbox_max_bytes=64 * 1024, outbox_max_audio_bytes=32 * 1024)
-    with Serving(dataclasses.replace(engines, settings=settings)) as serving:
-        async def scenario() -> None:
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that barely reads
-            sock.connect(serving.sock.getsockname())
-            async with connect(serving.url, sock=sock, max_queue=1, read_limit=1) as ws:
-                await ws.send(json.dumps({"type": "hello", "v": 1}))
-                for turn_id in range(1, 40):  # answered or not, these are never read
-                    await ws.send(json.dumps({"type": "barge_in", "turn_id": turn_id - 1, "played_ms": 0}))
-                    await ws.send(json.dumps({"type": "text", "turn_id": turn_id,
-                                              "text": "Tell me a long story about a dragon."}))
-                    await asyncio.sleep(0.3)
-                    if not serving.app.state.sessions:
-                        break
-                with pytest.raises(ConnectionClosed):
-                    while True:
-                        await asyncio.wait_for(ws.recv(), 10)
+    settings = dataclasses.replace(engines.settings, outbox_max_bytes=16 * 1024, outbox_max_audio_bytes=8 * 1024)
+    with Serving(dataclasses.replace(engines, settings=settings), sndbuf=4096) as serving:
+        sessions = serving.app.state.sessions
 
-        asyncio.run(scenario())
-        assert serving.app.state.sessions == {}
+        async def turn_over() -> None:
+            while sessions and next(iter(sessions.values())).turn is not None:
+                await asyncio.sleep(0.05)
+
+        async def scenario() -> tuple[int, set[str]]:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that reads nothing, tiny window
+            sock.connect(serving.sock.getsockname())
+            async with connect(serving.url, sock=sock, max_queue=1) as ws:
+                await ws.send(json.dumps({"type": "hello", "v": 1}))
+                turns = 0
+                while sessions and turns < 40:
+                    turns += 1
+                    await ws.send(json.dumps({"type": "text", "turn_id": turns,
+                                              "text": "Tell me a long story about a dragon and a knight."}))
+                    await asyncio.sleep(0.1)
+                    await asyncio.wait_for(turn_over(), 60)
+                kinds: set[str] = set()
+                with pytest.raises(ConnectionClosed):  # what was already on its way, then the end
+                    while True:
+                        frame = await asyncio.wait_for(ws.recv(), 10)
+                        if isinstance(frame, str):
+                            message = json.loads(frame)
+                            kinds.add(message.get("code", message["type"]))
+                return turns, kinds
+
+        turns, kinds = asyncio.run(scenario())
+        assert sessions == {}, f"still open after {turns} unread turns"
+        assert "slow_consumer" in kinds

@@ -67,6 +67,8 @@ RETRIES_BEFORE_OUTPUT = 1
 """Retries of a call whose replica was lost before it produced anything the user could have seen."""
 APP_READY_TIMEOUT_S = 600.0
 """Deploying (or waiting for) the three applications: a GPU node may have to be provisioned first."""
+REPLICA_LOGGING = {"enable_access_log": False}
+"""Serve logs every call by default: with a TTS call per clause that is a log line per spoken phrase."""
 ONGOING_HEADROOM = 2
 """TTS and ASR replicas accept this many times their autoscaling target before Serve queues at the router."""
 LLM_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -384,7 +386,7 @@ class RayCluster:
             status = running.get(name)
             if status is None or status.status in (ApplicationStatus.DEPLOY_FAILED, ApplicationStatus.DELETING):
                 log.info("deploying Ray Serve application %s", name)
-                serve.run(build(settings), name=name, route_prefix=None)
+                serve.run(build(settings), name=name, route_prefix=None, logging_config=REPLICA_LOGGING)
             else:
                 log.info("attaching to Ray Serve application %s (%s)", name, status.status)
         self._wait_running(list(builders))

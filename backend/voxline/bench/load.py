@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from voxline.bench.stats import percentile, ratio, summary
 from voxline.bench.turn import QUESTIONS
 from voxline.errors import VoxlineError
@@ -339,7 +341,7 @@ class SimulatedUser:
     async def _send_turn(self, ws, kind: str) -> None:
         turn_id = self.turn_id
         if kind == "intent":
-            await self._send(ws, json.dumps({"type": "text", "turn_id": turn_id, "text": self.rng.choice(COMMANDS)}))
+            await self._send(ws, _encode({"type": "text", "turn_id": turn_id, "text": self.rng.choice(COMMANDS)}))
         elif kind == "llm":
             await self._send(ws, json.dumps({"type": "turn.start", "turn_id": turn_id,
                                              "transcript": self.rng.choice(QUESTIONS),
@@ -364,7 +366,7 @@ class SimulatedUser:
                 if first_audio is None and p.parse_reply_audio(frame).turn_id == self.turn_id:
                     first_audio = now
                 continue
-            message = json.loads(frame)
+            message = _decode(frame)
             if message.get("type") == "error":
                 code = message.get("code", "unknown")
                 self._error(code)
@@ -385,6 +387,15 @@ class SimulatedUser:
                     timings={k: v for k, v in message.items() if k not in ("type", "turn_id")}, error=error,
                 ))
                 return retry_after_ms
+
+
+_decode = msgspec.json.Decoder().decode
+"""The bench shares the machine with the server it measures: msgspec parses and writes JSON several times faster
+than the json module, which leaves more of the CPU to the server."""
+
+
+def _encode(message: dict) -> str:
+    return msgspec.json.encode(message).decode()
 
 
 def _ms(at: float | None, since: float) -> float | None:
