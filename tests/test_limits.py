@@ -298,7 +298,7 @@ class Serving:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"ws://127.0.0.1:{self.sock.getsockname()[1]}/ws"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", ws_ping_interval=None))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> Serving:
@@ -313,11 +313,11 @@ class Serving:
         self.sock.close()
 
 
-def test_a_client_that_does_not_read_is_dropped_and_the_server_keeps_nothing(engines):
+def test_a_client_that_does_not_read_is_dropped_and_the_server_keeps_nothing(engines, caplog):
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
 
-    settings = dataclasses.replace(engines.settings, outbox_max_bytes=16 * 1024, outbox_max_audio_bytes=8 * 1024)
+    # The socket and uvicorn's 64 KiB write buffer fill first, then the outbox, up to its (small) bound.
+    settings = dataclasses.replace(engines.settings, outbox_max_bytes=128 * 1024)
     with Serving(dataclasses.replace(engines, settings=settings), sndbuf=4096) as serving:
         sessions = serving.app.state.sessions
 
@@ -325,12 +325,13 @@ def test_a_client_that_does_not_read_is_dropped_and_the_server_keeps_nothing(eng
             while sessions and next(iter(sessions.values())).turn is not None:
                 await asyncio.sleep(0.05)
 
-        async def scenario() -> tuple[int, set[str]]:
+        async def scenario() -> int:
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a reader that reads nothing, tiny window
             sock.connect(serving.sock.getsockname())
-            async with connect(serving.url, sock=sock, max_queue=1) as ws:
+            async with connect(serving.url, sock=sock, max_queue=1, ping_interval=None, close_timeout=1) as ws:
                 await ws.send(json.dumps({"type": "hello", "v": 1}))
+                assert json.loads(await ws.recv())["type"] == "welcome"  # the last frame it reads
                 turns = 0
                 while sessions and turns < 40:
                     turns += 1
@@ -338,15 +339,8 @@ def test_a_client_that_does_not_read_is_dropped_and_the_server_keeps_nothing(eng
                                               "text": "Tell me a long story about a dragon and a knight."}))
                     await asyncio.sleep(0.1)
                     await asyncio.wait_for(turn_over(), 60)
-                kinds: set[str] = set()
-                with pytest.raises(ConnectionClosed):  # what was already on its way, then the end
-                    while True:
-                        frame = await asyncio.wait_for(ws.recv(), 10)
-                        if isinstance(frame, str):
-                            message = json.loads(frame)
-                            kinds.add(message.get("code", message["type"]))
-                return turns, kinds
+                return turns
 
-        turns, kinds = asyncio.run(scenario())
-        assert sessions == {}, f"still open after {turns} unread turns"
-        assert "slow_consumer" in kinds
+        turns = asyncio.run(scenario())
+        assert sessions == {} and turns < 40, f"still open after {turns} unread turns"
+        assert "the client does not read" in caplog.text

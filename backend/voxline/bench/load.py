@@ -60,6 +60,8 @@ SERVER_START_TIMEOUT_S = 180.0
 CONNECT_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 2.0
 """A level ends on time: closing a connection at its end may not hold the next level up for long."""
+LEAN_MIN_RATE_PER_S = 10_000
+"""A server announcing a per-session message rate at least this high (or none) gets `LeanIntentUser`s."""
 RECONNECT_PAUSE_S = 0.5
 """After a dropped or refused connection, so a dead server is not hammered in a tight loop."""
 SOAK_WINDOW_S = 60.0
@@ -121,6 +123,11 @@ class TurnPlan:
     audio_clips: tuple[bytes, ...] = field(default=(), repr=False)
     """Spoken questions as 16 kHz mono PCM16, for `audio` turns."""
 
+    @property
+    def intents_only(self) -> bool:
+        """Text commands without reply audio: the throughput test, run by `LeanIntentUser`s when limits allow."""
+        return not self.reply_audio and all(weight == 0 for kind, weight in self.mix.items() if kind != "intent")
+
 
 @dataclass(frozen=True)
 class TurnRecord:
@@ -170,7 +177,7 @@ class LevelLog:
                 [e for e in self.errors if start_s <= e.at_s < end_s])
 
 
-@dataclass(frozen=True)
+@dataclass
 class Target:
     """A server under load."""
 
@@ -178,6 +185,8 @@ class Target:
     url: str
     pid: int | None = None
     """Known when the bench started the server, or from `--server-pid`: enables the RSS figures."""
+    lean: bool = False
+    """Intent-only load may use `LeanIntentUser`s (set once the server's `welcome` shows its limits)."""
 
 
 # ---------------------------------------------------------------------------------------------- options
@@ -398,6 +407,118 @@ def _encode(message: dict) -> str:
     return msgspec.json.encode(message).decode()
 
 
+class LeanIntentUser(asyncio.Protocol):
+    """A `SimulatedUser` for intent-only load, written as a protocol callback instead of a coroutine.
+
+    At thousands of turns a second the bench itself is half the CPU of the machine it measures: the asyncio
+    client's per-message futures and tasks cost more than the server's work per turn. This user does the same
+    closed loop (hello, then `text` turn → wait for its `timings` → next) on websockets' sans-I/O protocol, all in
+    `data_received`, and records the same `TurnRecord`s. It does not pace itself: the bench uses it only against
+    servers whose announced limits do not bind (its own server, or `--url` servers with the limits lifted).
+    """
+
+    def __init__(self, url: str, plan: TurnPlan, log: LevelLog, rng: random.Random, deadline_s: float,
+                 done: asyncio.Future) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+
+        self.plan, self.log, self.rng, self.deadline_s, self.done = plan, log, rng, deadline_s, done
+        self.ws = ClientProtocol(parse_uri(url), max_size=None)
+        self.transport: asyncio.Transport | None = None
+        self.turn_id = 0
+        self.sent = 0.0
+        self.reply_done: float | None = None
+        self.error: str | None = None
+        self.welcomed = False
+        self.hello = _encode({"type": "hello", "v": p.PROTOCOL_VERSION, "lang": "en", "token": plan.token,
+                              "capabilities": {"reply_audio": False}})
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.ws.send_request(self.ws.connect())
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        from websockets.frames import Opcode
+        from websockets.http11 import Response
+
+        self.ws.receive_data(data)
+        for event in self.ws.events_received():
+            if isinstance(event, Response):
+                if event.status_code != 101:
+                    return self._end("connection_closed")
+                self.ws.send_text(self.hello.encode())
+            elif event.opcode is Opcode.TEXT:
+                self._message(_decode(event.data))
+        self._flush()
+
+    def _message(self, message: dict) -> None:
+        kind = message.get("type")
+        if not self.welcomed:
+            if kind != "welcome":
+                return self._end(message.get("code", "unknown"))
+            self.welcomed = True
+            return self._next()
+        now = time.perf_counter()
+        if kind == "error":
+            self.log.errors.append(ErrorEvent(now, message.get("code", "unknown")))
+            self.error = self.error or message.get("code", "unknown")
+        elif kind == "reply.done" and message.get("turn_id") == self.turn_id:
+            self.reply_done = now
+        elif kind == "timings" and message.get("turn_id") == self.turn_id:
+            self.log.turns.append(TurnRecord(
+                kind="intent", sessions=self.log.sessions, done_s=now, first_audio_ms=None,
+                reply_done_ms=_ms(self.reply_done, self.sent),
+                timings={k: v for k, v in message.items() if k not in ("type", "turn_id")}, error=self.error))
+            self._next()
+
+    def _next(self) -> None:
+        if time.perf_counter() >= self.deadline_s:
+            return self._end(None)
+        self.turn_id += 1
+        self.reply_done, self.error = None, None
+        text = self.rng.choice(COMMANDS)
+        self.ws.send_text(_encode({"type": "text", "turn_id": self.turn_id, "text": text}).encode())
+        self.sent = time.perf_counter()
+
+    def _flush(self) -> None:
+        for chunk in self.ws.data_to_send():
+            if chunk and self.transport is not None:
+                self.transport.write(chunk)
+
+    def _end(self, error: str | None) -> None:
+        if error is not None:
+            self.log.errors.append(ErrorEvent(time.perf_counter(), error))
+        if self.transport is not None:
+            self.transport.close()
+        if not self.done.done():
+            self.done.set_result(error)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.log.errors.append(ErrorEvent(time.perf_counter(), "connection_closed"))
+            self.done.set_result("connection_closed")
+
+
+async def run_lean_user(url: str, plan: TurnPlan, log: LevelLog, rng: random.Random, deadline_s: float) -> None:
+    """A `LeanIntentUser` until the deadline, reconnecting after a drop (counted) like `SimulatedUser.run`."""
+    from websockets.uri import parse_uri
+
+    uri = parse_uri(url)
+    loop = asyncio.get_running_loop()
+    while time.perf_counter() < deadline_s:
+        done = loop.create_future()
+        try:
+            await loop.create_connection(lambda: LeanIntentUser(url, plan, log, rng, deadline_s, done),
+                                         uri.host, uri.port)
+        except OSError:
+            log.errors.append(ErrorEvent(time.perf_counter(), "connection_closed"))
+            await asyncio.sleep(RECONNECT_PAUSE_S)
+            continue
+        if await done is not None:
+            await asyncio.sleep(RECONNECT_PAUSE_S)
+
+
 def _ms(at: float | None, since: float) -> float | None:
     return None if at is None else round((at - since) * 1000.0, 1)
 
@@ -438,9 +559,12 @@ async def run_level(target: Target, sessions: int, plan: TurnPlan, *, warmup_s: 
     """`sessions` users for warm-up + measurement; turns still running at the end are cut off, not waited for."""
     started = time.perf_counter()
     log = LevelLog(sessions, started, started + warmup_s, started + warmup_s + measure_s)
-    users = [SimulatedUser(target.url, plan, log, random.Random(f"{seed}:{sessions}:{i}"), log.window_end_s)
-             for i in range(sessions)]
-    tasks = [asyncio.create_task(user.run()) for user in users]
+    rngs = [random.Random(f"{seed}:{sessions}:{i}") for i in range(sessions)]
+    if plan.intents_only and target.lean:
+        tasks = [asyncio.create_task(run_lean_user(target.url, plan, log, rng, log.window_end_s)) for rng in rngs]
+    else:
+        tasks = [asyncio.create_task(SimulatedUser(target.url, plan, log, rng, log.window_end_s).run())
+                 for rng in rngs]
     sampler = asyncio.create_task(_sample_rss(target.pid, log, rss_every_s)) if target.pid else None
     await asyncio.wait(tasks, timeout=max(0.0, log.window_end_s - time.perf_counter()))
     for task in [*tasks, sampler]:
@@ -496,6 +620,9 @@ async def run_all(targets: list[Target], levels: list[int], plan: TurnPlan, *, w
                   seed: int, rss_every_s: float | None) -> tuple[dict[str, dict], dict[str, list[LevelLog]]]:
     """Every level on every target, alternating targets within a level; the welcome and the logs of each."""
     welcomes = {target.name: await probe(target, plan) for target in targets}
+    for target in targets:  # the lean user does not pace itself: only where the server's rates cannot bind
+        rate = (welcomes[target.name].get("limits") or {}).get("max_messages_per_s")
+        target.lean = not rate or rate >= LEAN_MIN_RATE_PER_S
     logs: dict[str, list[LevelLog]] = {target.name: [] for target in targets}
     for sessions in levels:
         for target in targets:

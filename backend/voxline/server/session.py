@@ -202,7 +202,8 @@ class Outbox:
         if item.audio_turn is not None:
             if item.audio_turn == self.starved_turn:
                 return
-            if self.max_audio_bytes is not None and self.queued_audio_bytes + size > self.max_audio_bytes:
+            if self.max_audio_bytes is not None and self.queued_audio_bytes and (
+                    self.queued_audio_bytes + size > self.max_audio_bytes):
                 self._starve(item.audio_turn)
                 return
         if self.max_bytes is not None and self.queued_bytes + size > self.max_bytes:
