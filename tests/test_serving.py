@@ -120,6 +120,10 @@ def test_spans_follow_conversation_turn_stage_with_first_byte_times(client, span
     with client.websocket_connect("/ws") as ws:
         converse(ws, {"type": "turn.start", "turn_id": 1, "transcript": QUESTION, "confidence": 0.9},
                  {"type": "text", "turn_id": 2, "text": "turn the volume down"})
+    deadline = time.monotonic() + 10
+    # The conversation span ends when the server has seen the socket close, a moment after the client left.
+    while not any(s.name == "conversation" for s in spans.get_finished_spans()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     finished = spans.get_finished_spans()
     names = [s.name for s in finished]
     conversation = next(s for s in finished if s.name == "conversation")
