@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from voxline.bench.browser import wait_for_js
+
 
 def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_server):
     page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
     page.goto(voxline_server.url + "/")
-    page.wait_for_function("window.__ready !== undefined", timeout=60_000)
+    wait_for_js(page, "window.__ready !== undefined", 60)
     assert page.evaluate("self.crossOriginIsolated") is True
     ready = page.evaluate("window.__ready")
     assert ready["isolated"] is True and ready["threads"] == 2
@@ -20,7 +22,7 @@ def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_s
 
 def test_models_are_kept_in_cache_storage_and_checked(page, voxline_server):
     page.goto(voxline_server.url + "/")
-    page.wait_for_function("document.getElementById('state').dataset.state === 'idle'", timeout=60_000)
+    wait_for_js(page, "document.getElementById('state').dataset.state === 'idle'", 60)
     keys = page.evaluate("""async () => {
         const cache = await caches.open('voxline-models-v1');
         return (await cache.keys()).map((r) => r.url);
@@ -40,7 +42,7 @@ def test_a_corrupt_model_download_is_refused_with_a_way_out(page, voxline_server
     page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
     page.route("**/wasm_models/silero-vad-v5/*", _tamper)
     page.goto(voxline_server.url + "/")
-    page.wait_for_function("window.__error !== undefined", timeout=60_000)
+    wait_for_js(page, "window.__error !== undefined", 60)
     error = page.evaluate("window.__error")
     assert error["code"] == "model_corrupt"
     assert "silero_vad_v5.onnx" in error["message"] and "Reload" in error["message"]
@@ -53,5 +55,32 @@ def test_a_failed_download_says_so(page, voxline_server):
     page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
     page.route("**/wasm_models/whisper-tiny-en-onnx/encoder.int8.onnx", lambda route: route.abort())
     page.goto(voxline_server.url + "/")
-    page.wait_for_function("window.__error !== undefined", timeout=60_000)
+    wait_for_js(page, "window.__error !== undefined", 60)
     assert page.evaluate("window.__error.code") == "model_download_failed"
+
+
+RECORD_CSP_VIOLATIONS = """
+window.__csp = [];
+document.addEventListener('securitypolicyviolation', (e) => {
+  window.__csp.push({directive: e.effectiveDirective, blocked: e.blockedURI, sample: e.sample});
+});
+"""
+
+
+def test_the_page_works_under_its_content_security_policy_and_reports_what_breaks_it(page, voxline_server):
+    page.add_init_script(RECORD_CSP_VIOLATIONS)
+    response = page.goto(voxline_server.url + "/")
+    assert "'wasm-unsafe-eval'" in response.headers["content-security-policy"]
+    # Everything the page starts: speech models in workers (onnxruntime-web wasm threads), the intent engine
+    # (Pyodide in a worker), the WebSocket to the server.
+    wait_for_js(page, "window.voxline?.ready && window.voxline.intents?.ready && window.voxline.backendConnected", 120)
+    assert page.evaluate("window.__csp") == []
+    # What the policy forbids is blocked and reported: inline script, another origin's image.
+    page.evaluate("""() => {
+        document.body.append(Object.assign(document.createElement('script'), {textContent: 'window.__inline = 1'}));
+        document.body.append(Object.assign(new Image(), {src: 'https://example.invalid/pixel.png'}));
+    }""")
+    wait_for_js(page, "window.__csp.length >= 2", 10)
+    directives = {v["directive"] for v in page.evaluate("window.__csp")}
+    assert directives == {"script-src-elem", "img-src"}
+    assert page.evaluate("window.__inline") is None

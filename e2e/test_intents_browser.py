@@ -14,6 +14,8 @@ import statistics
 
 import pytest
 
+from voxline.bench.browser import wait_for_js
+
 ENGINE_LOAD_TIMEOUT_MS = 120_000
 
 # Opens a resolver whose engine load time is kept on `window.__engine`.
@@ -56,7 +58,7 @@ def with_cache(page, script: str, **options):
 
 
 def wait_for_engine(page) -> dict:
-    page.wait_for_function("window.__engine.state !== 'loading'", timeout=ENGINE_LOAD_TIMEOUT_MS)
+    wait_for_js(page, "window.__engine.state !== 'loading'", ENGINE_LOAD_TIMEOUT_MS / 1000)
     engine = page.evaluate("window.__engine")
     assert engine["state"] == "ready", engine
     return engine
@@ -166,7 +168,7 @@ def _tamper(route):
 def test_an_altered_wheel_is_refused_with_a_clear_error(origin):
     origin.route("**/intents/*.whl", _tamper)
     origin.evaluate(CREATE_RESOLVER, {"cacheName": "vx-tamper"})
-    origin.wait_for_function("window.__engine.state !== 'loading'", timeout=ENGINE_LOAD_TIMEOUT_MS)
+    wait_for_js(origin, "window.__engine.state !== 'loading'", ENGINE_LOAD_TIMEOUT_MS / 1000)
     engine = origin.evaluate("window.__engine")
     assert engine["state"] == "failed" and engine["code"] == "intents_wheel_corrupt"
     assert "altered" in engine["message"] and "not installed" in engine["message"]
@@ -176,7 +178,7 @@ def test_an_altered_wheel_is_refused_with_a_clear_error(origin):
 def test_no_pyodide_is_a_clear_error_not_a_hang(origin):
     origin.route("**/vendor/pyodide/**", lambda route: route.abort())
     origin.evaluate(CREATE_RESOLVER, {"cacheName": "vx-nopyodide"})
-    origin.wait_for_function("window.__engine.state !== 'loading'", timeout=30_000)
+    wait_for_js(origin, "window.__engine.state !== 'loading'", 30)
     engine = origin.evaluate("window.__engine")
     assert engine["state"] == "failed" and engine["code"] == "intents_engine_unavailable"
     assert "Pyodide" in engine["message"]

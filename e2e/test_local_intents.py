@@ -11,6 +11,7 @@ import json
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
+from voxline.bench.browser import wait_for_js
 
 ENGINE_START_S = 14.0
 
@@ -32,7 +33,7 @@ def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_v
     wav, placed, duration_s = twice_pause
     vx = open_voxline(wav, before_goto=_refuse_websocket if ws_down else None)
     vx.wait_for("ev.some(e => e.name === 'ready')", timeout_s=90)
-    vx.page.wait_for_function("window.voxline.intents?.ready === true", timeout=60_000)
+    wait_for_js(vx.page, "window.voxline.intents?.ready === true", 60)
     requests: list[str] = []
     vx.page.on("request", lambda request: requests.append(request.url))
     vx.wait_until_heard(duration_s)
@@ -58,18 +59,16 @@ def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, v
         first = context.new_page()
         first.add_init_script(RECORD_EVENTS)
         first.goto(voxline_server.url + "/?autostart=1")
-        first.wait_for_function("window.__vx.filter(e => e.name === 'intent').length >= 3",
-                                timeout=(duration_s + 90) * 1000)
+        wait_for_js(first, "window.__vx.filter(e => e.name === 'intent').length >= 3", duration_s + 90)
         first.close()
 
         second = context.new_page()
         second.add_init_script(RECORD_EVENTS)
         second.route("**/vendor/pyodide/**", lambda route: route.abort())
         second.goto(voxline_server.url + "/?autostart=1")
-        second.wait_for_function("window.__vx.some(e => e.name === 'ready')", timeout=90_000)
+        wait_for_js(second, "window.__vx.some(e => e.name === 'ready')", 90)
         second.route("**/*", lambda route: route.abort())  # the backend is gone from here on
-        second.wait_for_function(f"window.voxline.capture.audioTime > {duration_s + 2}",
-                                 timeout=(duration_s + 90) * 1000)
+        wait_for_js(second, f"window.voxline.capture.audioTime > {duration_s + 2}", duration_s + 90)
         events = second.evaluate("window.__vx")
         intents = [e for e in events if e["name"] == "intent"]
         assert [(i["intent"], i["source"]) for i in intents] == [

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from voxline.bench.audio import RATE, compose, espeak, write_wav
+from voxline.bench.browser import wait_for_js
 from voxline.bench.wer import normalise, wer
 
 UTTERANCES = [
@@ -128,7 +129,7 @@ def test_without_cross_origin_isolation_it_still_works_single_threaded(browser_t
         page.add_init_script(RECORD_EVENTS)
         page.route("**/?autostart=1", _without_isolation)
         page.goto(voxline_server.url + "/?autostart=1")
-        page.wait_for_function("window.__vx.some(e => e.name === 'transcript' && e.final)", timeout=60_000)
+        wait_for_js(page, "window.__vx.some(e => e.name === 'transcript' && e.final)", 60)
         ready = next(e for e in page.evaluate("window.__vx") if e["name"] == "ready")
         assert ready["isolated"] is False and ready["threads"] == 1
         final = next(e for e in page.evaluate("window.__vx") if e["name"] == "transcript" and e["final"])

@@ -7,6 +7,7 @@ import json
 import logging
 
 import pytest
+from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient
@@ -279,6 +280,8 @@ def test_an_origin_off_the_allowlist_is_told_and_closed_4403_before_hello(engine
             assert (error["type"], error["code"]) == ("error", "origin_not_allowed")
             assert closed_with(ws) == p.CLOSE_ORIGIN_NOT_ALLOWED
         assert "origin_not_allowed" in caplog.text and EVIL in caplog.text
+        exposition = generate_latest(engines.metrics.registry).decode()
+        assert 'voxline_rejections_total{reason="origin_not_allowed"}' in exposition
         with client.websocket_connect("/ws", headers={"origin": SHOP}) as ws:
             assert hello(ws)["type"] == "welcome"
         with client.websocket_connect("/ws") as ws:

@@ -37,6 +37,22 @@ def test_every_response_is_cross_origin_isolated(client, url):
         assert response.headers[name] == value
 
 
+def test_the_demo_page_has_a_content_security_policy_that_allows_its_wasm_and_workers(client):
+    policy = dict(d.strip().split(" ", 1) for d in client.get("/").headers["content-security-policy"].split(";"))
+    assert policy["script-src"] == "'self' 'wasm-unsafe-eval'" and "unsafe-inline" not in str(policy)
+    assert policy["worker-src"] == "'self' blob:" and policy["connect-src"] == "'self'"
+    assert policy["object-src"] == policy["base-uri"] == "'none'" and policy["frame-ancestors"] == "'none'"
+    for url in ("/demo.js", "/vendor/onnxruntime-web/ort-wasm-simd-threaded.wasm", "/healthz"):
+        response = client.get(url)
+        assert "content-security-policy" not in response.headers  # workers keep their own (none)
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_token_endpoint_is_served_and_mints_nothing_without_public_keys(client):
+    response = client.post("/token?key=shop", headers={"origin": "https://shop.example"})
+    assert response.status_code == 404 and response.json()["code"] == "unknown_key"
+
+
 def test_module_scripts_and_wasm_have_browser_types(client):
     assert client.get("/vendor/onnxruntime-web/ort.wasm.min.mjs").headers["content-type"].startswith("text/javascript")
     wasm = client.get("/vendor/onnxruntime-web/ort-wasm-simd-threaded.wasm")

@@ -39,7 +39,10 @@ from voxline.client_audio import (
 from voxline.errors import (
     AudioDeviceError,
     ClientError,
+    OriginNotAllowed,
     ServerUnreachable,
+    TooManySessions,
+    Unauthenticated,
     Unauthorized,
     UnsupportedLanguage,
     UnsupportedVersion,
@@ -58,6 +61,10 @@ _FATAL_CLOSES = {
     p.CLOSE_UNAUTHORIZED: (Unauthorized, "the server requires a token: pass --token or set VOXLINE_AUTH_TOKEN"),
     p.CLOSE_UNSUPPORTED_VERSION: (UnsupportedVersion, "this client speaks protocol v1"),
     p.CLOSE_UNSUPPORTED_LANGUAGE: (UnsupportedLanguage, "choose another --lang"),
+    p.CLOSE_UNAUTHENTICATED: (Unauthenticated, "the server needs a token of one of its site keys: pass --token "
+                                               "(`voxline token mint --key ID`, without --origin)"),
+    p.CLOSE_ORIGIN_NOT_ALLOWED: (OriginNotAllowed, "the token's site key does not serve this client"),
+    p.CLOSE_TOO_MANY_SESSIONS: (TooManySessions, "close another session, or try again later"),
 }
 
 

@@ -24,7 +24,7 @@ CONFIGS = {"utterance-window": "", "full-window-baseline": "&vx.fullWindow=1"}
 def _load_times(url: str, rounds: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from voxline.bench.browser import launch_chromium
+    from voxline.bench.browser import launch_chromium, wait_for_js
 
     cold, warm = [], []
     with sync_playwright() as pw:
@@ -35,7 +35,7 @@ def _load_times(url: str, rounds: int) -> dict:
                 page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
                 for into in (cold, warm):  # the first load fills Cache Storage, the reload reads it
                     page.goto(url + "/")
-                    page.wait_for_function("window.__ready !== undefined", timeout=120_000)
+                    wait_for_js(page, "window.__ready !== undefined", 120)
                     into.append(page.evaluate("window.__ready.load_ms"))
             finally:
                 browser.close()

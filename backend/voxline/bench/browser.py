@@ -65,6 +65,21 @@ class ServerThread:
         self._sock.close()
 
 
+def wait_for_js(page, expression: str, timeout_s: float, poll_s: float = 0.1) -> object:
+    """Wait until the JavaScript `expression` is truthy in `page`, and return its value.
+
+    Use this, not Playwright's `wait_for_function`, on pages Voxline serves: that one runs `eval()` inside the
+    page, which the demo page's Content-Security-Policy forbids (no `'unsafe-eval'`), whereas `page.evaluate`
+    goes through DevTools, outside the page's policy.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (value := page.evaluate(f"() => ({expression})")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout_s:g} s for {expression}")
+        page.wait_for_timeout(poll_s * 1000)
+    return value
+
+
 def launch_chromium(browser_type, wav: Path | None = None):
     """Debian's Chromium; its fake microphone plays `wav` once (or Chromium's beep when None)."""
     args = [*CHROMIUM_FLAGS]
@@ -105,9 +120,8 @@ class VoxlinePage:
     def wait_for(self, predicate: str, timeout_s: float) -> None:
         """Wait for a JS predicate over `ev`, the events so far (an array of {name, ...detail}), and `heard`,
         the seconds of microphone audio captured so far."""
-        self.page.wait_for_function(
-            f"(() => {{ const ev = window.__vx; const heard = window.voxline?.capture.audioTime ?? 0; "
-            f"return {predicate}; }})()", timeout=timeout_s * 1000, polling=100)
+        wait_for_js(self.page, f"(() => {{ const ev = window.__vx; const heard = window.voxline?.capture.audioTime "
+                               f"?? 0; return {predicate}; }})()", timeout_s)
 
     def wait_until_heard(self, seconds: float, settle_s: float = 2.0) -> None:
         """Wait until the microphone has delivered `seconds` of audio, then `settle_s` more for the last turn."""

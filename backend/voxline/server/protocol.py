@@ -22,7 +22,7 @@ from voxline.errors import BadMessage
 PROTOCOL_VERSION = 1
 """Bumped on any change an old peer would misread; `hello.v` must equal it."""
 
-# Close codes: 1000-1011 are RFC 6455's; 4000-4999 are for applications.
+# Close codes: 1000-1015 are RFC 6455's and IANA's; 4000-4999 are for applications (ours mirror HTTP: 4401, 4403...).
 CLOSE_NORMAL = 1000
 """The client said `bye`, or the server is shutting down a finished session."""
 CLOSE_INVALID_PAYLOAD = 1007

@@ -416,6 +416,7 @@ class Session:
         try:
             self.site_key = self.gate.authenticate(self.id, hello.token)
         except (Unauthorized, TooManySessions) as exc:
+            self.engines.metrics.reject(exc.code)
             self._fatal(exc, p.CLOSING_ERRORS[exc.code])
             return
         if self.site_key is not None and self.site_key.tier is not None:

@@ -51,6 +51,7 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
             raise drain.refusal()
         gate.admit(session_id, peer)
     except (ProtocolError, ServerRestarting) as exc:
+        engines.metrics.reject(exc.code)
         await _refuse(websocket, exc)
         return
     try:
@@ -73,6 +74,7 @@ async def _serve(websocket: WebSocket, engines: Engines, sessions: dict[str, Ses
         # The client reads nothing: a close frame would wait behind the backlog too, so stop both loops now.
         log.warning("session %s dropped: the client does not read (outbox over %s bytes)", session.id,
                     outbox.max_bytes)
+        engines.metrics.reject("unread_outbox")
         writer.cancel()
         reader.cancel()
 
@@ -110,6 +112,7 @@ async def _read(websocket: WebSocket, session: Session, budget: FrameBudget) -> 
             elif data is not None:
                 await session.receive_bytes(data)
         elif verdict is Verdict.DROP_AND_WARN:
+            session.engines.metrics.reject(RateLimited.code)
             kind, limit = ("audio frames", budget.audio) if binary else ("text frames", budget.text)
             _notify(session, RateLimited(
                 f"more than {limit.rate_per_s:g} {kind} a second (burst {limit.burst}): this frame and the next "
@@ -149,6 +152,7 @@ async def _watch_idle(session: Session, budget: FrameBudget, clock: IdleClock) -
         elif verdict is Silence.CLOSE:
             handshake = session.state is SessionState.HANDSHAKE
             log.info("session %s closed: idle (%s)", session.id, "no hello" if handshake else "silent listener")
+            session.engines.metrics.reject(IdleTimeout.code)
             session.end(IdleTimeout(f"no hello within {clock.hello_timeout_s:g} s of connecting" if handshake else
                                     f"no message for {clock.idle_timeout_s + clock.idle_grace_s:g} s: closing"),
                         p.CLOSE_IDLE_TIMEOUT)
