@@ -31,10 +31,12 @@ CREATE_RESOLVER = """async (options) => {
     return performance.now() - created;
 }"""
 
-OPEN_CACHE = """async ([options, script]) => {
+# The script becomes part of the function Playwright evaluates (through DevTools): building it in the page with
+# `new Function` would be an eval, which the page's Content-Security-Policy forbids.
+OPEN_CACHE = """async (options) => {
     const { IntentCache } = await import('/voxline/intent-cache.js');
     const cache = await IntentCache.open(options);
-    try { return await (new Function('cache', `return (async () => { ${script} })()`))(cache); }
+    try { return await (async () => { %s })(); }
     finally { cache.close(); }
 }"""
 
@@ -54,7 +56,7 @@ def origin(page, voxline_server):
 
 def with_cache(page, script: str, **options):
     """Run `script` (an async function body over `cache`) against a freshly opened IntentCache."""
-    return page.evaluate(OPEN_CACHE, [{"name": "vx-test", **options}, script])
+    return page.evaluate(OPEN_CACHE % script, {"name": "vx-test", **options})
 
 
 def wait_for_engine(page) -> dict:

@@ -226,6 +226,16 @@ def test_the_gate_caps_sessions_per_key_with_the_keys_own_cap_first():
     assert g.open_sessions(key_id="blog") == 1
 
 
+def test_a_session_that_says_hello_twice_counts_once_on_its_key():
+    g = gate()
+    g.admit("a", Peer(SHOP, "10.0.0.1"))
+    for _ in range(3):
+        g.authenticate("a", mint_token(KEYS["shop"], SHOP))
+    assert g.open_sessions(key_id="shop") == 1
+    g.release("a")
+    assert g.open_sessions(key_id="shop") == 0 and g.open_sessions() == 0
+
+
 def test_the_shared_auth_token_still_works_alone_and_beside_site_keys():
     legacy = Gate(Settings(auth_token="s3cret"))
     with pytest.raises(Unauthorized) as info:
@@ -402,3 +412,28 @@ def test_token_is_rate_limited_per_address():
 
 def test_token_is_post_only():
     assert token_client().get("/token?key=shop", headers={"origin": SHOP}).status_code == 405
+
+
+# ---------------------------------------------------------------------------------------------- voxline talk
+
+
+def test_voxline_talk_uses_a_token_minted_for_no_origin_and_names_the_fix_without_one():
+    import subprocess
+    import sys
+
+    from voxline.bench.browser import ServerThread
+
+    with ServerThread(Settings.from_env(llm_model=SMOLLM, tts_engine="espeak", site_keys=KEYS_JSON)) as server:
+        url = server.url.replace("http://", "ws://") + "/ws"
+
+        def talk(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "voxline.cli", "talk", "--server", url, "--text", "pause",
+                                   "--no-play", "--json", *args], capture_output=True, text=True, timeout=120)
+
+        token = mint_token(KEYS["shop"], None)
+        answered = talk("--token", token)
+        assert answered.returncode == 0, answered.stderr
+        assert any(json.loads(line).get("intent") == "media.pause" for line in answered.stdout.splitlines())
+        refused = talk()
+        assert refused.returncode == 2 and "error [unauthenticated]" in refused.stderr
+        assert "voxline token mint" in refused.stderr and "Traceback" not in refused.stderr

@@ -63,6 +63,11 @@ def test_a_client_that_ignores_rate_limited_is_closed():
     assert set(verdicts[2:-1]) == {Verdict.DROP} and verdicts[-1] is Verdict.CLOSE
 
 
+def test_a_rate_or_burst_of_0_is_no_limit():
+    budget = FrameBudget(Settings(max_messages_per_s=0, max_audio_frame_burst=0), Clock())
+    assert all(budget.admit(binary) is Verdict.PASS for binary in (False, True) for _ in range(10_000))
+
+
 # ---------------------------------------------------------------------------------------------- silence
 
 
@@ -85,6 +90,14 @@ def test_a_silent_listener_is_warned_then_closed_unless_it_speaks():
     assert idle.check("listening", budget, start + 311) is Silence.FINE
     assert idle.check("listening", budget, start + 606) is Silence.WARN
     assert idle.check("listening", budget, start + 616) is Silence.CLOSE
+
+
+def test_timeouts_of_0_are_off_and_do_not_spin():
+    clock = Clock()
+    budget, idle = FrameBudget(Settings(), clock), IdleClock(hello_timeout_s=0, idle_timeout_s=0, idle_grace_s=10)
+    assert idle.poll_s == 1.0
+    assert idle.check("handshake", budget, clock.now + 1e6) is Silence.FINE
+    assert idle.check("listening", budget, clock.now + 1e6) is Silence.FINE
 
 
 def test_a_turn_in_progress_is_never_idle_and_silence_counts_from_its_end():

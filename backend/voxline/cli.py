@@ -196,7 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     talk.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     talk.add_argument("--once", action="store_true", help="microphone: exit after the first turn")
     talk.add_argument("--lang", default="en", help="BCP 47 language of the conversation (default en)")
-    talk.add_argument("--token", default=None, help="the server's auth token (default: $VOXLINE_AUTH_TOKEN)")
+    talk.add_argument("--token", default=None,
+                      help="a site key token (`voxline token mint --key ID`) or the server's shared auth token "
+                           "(default: $VOXLINE_AUTH_TOKEN)")
     talk.set_defaults(func=_cmd_talk)
 
     token = sub.add_parser("token", help="site key tokens, for a host site's backend (docs/protocol.md)")

@@ -115,6 +115,9 @@ class Settings:
     scheduler_low_confidence_max_wait_ms: float = 20.0
     scheduler_queue_limit: int = 64
     """LLM requests waiting beyond which new turns get `error {code: "overloaded", retry_after_ms}`."""
+    llm_threads: int = 0
+    """CPU threads of the LLM; 0 = half the cores, at least 1. The rest synthesize speech, re-recognise and run the
+    event loop: on 2 cores a second LLM thread made generation slower, not faster, once TTS ran beside it."""
     workers: int = 1
     """Server processes (`voxline serve --workers N`); each loads its own models and serves its own sessions."""
     otlp_endpoint: str = ""
@@ -147,6 +150,10 @@ class Settings:
                 values[f.name] = _coerce(f.name, raw, f.type)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
+
+    def llm_thread_count(self) -> int:
+        """`llm_threads`, with 0 resolved for this machine."""
+        return self.llm_threads or max(1, (os.cpu_count() or 2) // 2)
 
     def server_models(self) -> list[str]:
         """The manifest models the server itself needs (the browser's are served too; see `browser_models`)."""

@@ -70,7 +70,10 @@ class Gate:
     def authenticate(self, session_id: str, token: str | None) -> SiteKey | None:
         """The `hello` of an admitted session: its site key (None when the server has none, or for the shared
         `auth_token`); raises `Unauthorized` (or its subclasses) or `TooManySessions`, never echoing the token."""
-        peer, _ = self._sessions.get(session_id, (Peer(), None))
+        peer, bound = self._sessions.get(session_id, (Peer(), None))
+        if bound is not None:  # a second hello (the first was refused for its language, say): count it once
+            _decrement(self._per_key, bound)
+            self._sessions[session_id] = (peer, None)
         if not self.requires_token:
             return None
         shared = self.settings.auth_token

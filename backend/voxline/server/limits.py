@@ -63,8 +63,8 @@ class FrameBudget:
     """The inbound rate limit of one connection, and when it last sent anything."""
 
     def __init__(self, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
-        self.text = TokenBucket(settings.max_messages_per_s, settings.max_message_burst, clock)
-        self.audio = TokenBucket(settings.max_audio_frames_per_s, settings.max_audio_frame_burst, clock)
+        self.text = _bucket(settings.max_messages_per_s, settings.max_message_burst, clock)
+        self.audio = _bucket(settings.max_audio_frames_per_s, settings.max_audio_frame_burst, clock)
         self._clock = clock
         self.opened_at = clock()
         self.last_frame_at = self.opened_at
@@ -73,7 +73,8 @@ class FrameBudget:
 
     def admit(self, binary: bool) -> Verdict:
         self.last_frame_at = self._clock()
-        if (self.audio if binary else self.text).take():
+        bucket = self.audio if binary else self.text
+        if bucket is None or bucket.take():
             self.dropped_in_a_row = 0
             return Verdict.PASS
         self.dropped_in_a_row += 1
@@ -82,7 +83,13 @@ class FrameBudget:
         return Verdict.DROP_AND_WARN if self.dropped_in_a_row == 1 else Verdict.DROP
 
     def retry_after_ms(self, binary: bool) -> int:
-        return max(1, round((self.audio if binary else self.text).wait_s() * 1000))
+        bucket = self.audio if binary else self.text
+        return max(1, round(bucket.wait_s() * 1000)) if bucket is not None else 1
+
+
+def _bucket(rate_per_s: float, burst: int, clock: Callable[[], float]) -> TokenBucket | None:
+    """A setting of 0 (rate or burst) means no limit."""
+    return TokenBucket(rate_per_s, burst, clock) if rate_per_s > 0 and burst > 0 else None
 
 
 class Silence(enum.Enum):
@@ -110,14 +117,16 @@ class IdleClock:
 
     @property
     def poll_s(self) -> float:
-        """How often to ask: a quarter of the shortest period, at most a second."""
-        return min(1.0, self.hello_timeout_s / 4, self.idle_timeout_s / 4, self.idle_grace_s / 4)
+        """How often to ask: a quarter of the shortest period (0 turns a period off), at most a second."""
+        periods = (self.hello_timeout_s, self.idle_timeout_s, self.idle_grace_s)
+        return min([1.0, *(period / 4 for period in periods if period > 0)])
 
     def check(self, state: str, budget: FrameBudget, now: float) -> Silence:
         """`state` is the session state's value ("handshake", "listening", ...)."""
         if state == "handshake":
-            return Silence.CLOSE if now - budget.opened_at >= self.hello_timeout_s else Silence.FINE
-        if state != "listening":
+            late = self.hello_timeout_s > 0 and now - budget.opened_at >= self.hello_timeout_s
+            return Silence.CLOSE if late else Silence.FINE
+        if state != "listening" or self.idle_timeout_s <= 0:
             self.busy_until, self.warned_at = now, None
             return Silence.FINE
         quiet_since = max(budget.last_frame_at, self.busy_until)

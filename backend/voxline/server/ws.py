@@ -87,11 +87,13 @@ async def _serve(websocket: WebSocket, engines: Engines, sessions: dict[str, Ses
         log.exception("session %s failed outside a turn", session.id)
         outbox.put_close(p.CLOSE_INTERNAL_ERROR)
     finally:
+        # Nothing is awaited before the session is closed and forgotten: under a cancel (the ASGI server or a test
+        # client ending the connection) every await here may raise again.
         watch.cancel()
         reader.cancel()
-        await asyncio.wait({watch, reader})  # a cancelled receive() returns at once
-        await session.close()
         sessions.pop(session.id, None)
+        await session.close()
+        await asyncio.wait({watch, reader})  # a cancelled receive() returns at once
         if writer.done() or not outbox.closing:
             writer.cancel()
         with suppress(asyncio.CancelledError, asyncio.TimeoutError, WebSocketDisconnect, RuntimeError):
