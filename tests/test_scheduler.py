@@ -250,3 +250,25 @@ def test_a_request_cancelled_inside_a_real_batch_stops_alone(smollm):
         scheduler.close(10)
     assert ra.stop_reason == "cancelled" and ra.tokens <= 4
     assert rb.stop_reason in ("length", "end") and rb.tokens > ra.tokens
+
+
+def test_a_batch_prefills_at_most_its_token_budget_but_the_oldest_always_runs():
+    planner = BatchPlanner(SchedulerConfig(max_batch_prompt_tokens=1000))
+    long_ = [planner.add(request(), confidence=0.9, tier=3, now=0.0, prompt_tokens=600) for _ in range(3)]
+    short = planner.add(request(), confidence=0.9, tier=3, now=0.0, prompt_tokens=300)
+    # 600 + 300 fit; a second 600 would not: it waits for the next batch instead of delaying everyone's first token.
+    assert planner.take(1.0) == [long_[0], short]
+    assert planner.take(1.0) == [long_[1]]
+    huge = BatchPlanner(SchedulerConfig(max_batch_prompt_tokens=100))
+    alone = huge.add(request(), confidence=0.9, tier=3, now=0.0, prompt_tokens=5000)
+    assert huge.take(1.0) == [alone]
+
+
+def test_the_scheduler_measures_each_prompt(smollm):
+    scheduler = TurnScheduler(smollm.generate, SchedulerConfig.one_at_a_time(), prompt_tokens=smollm.prompt_tokens)
+    try:
+        ticket = scheduler.submit(request("What is the capital of France?"), confidence=None, tier=3)
+        ticket.future.result(60)
+    finally:
+        scheduler.close(10)
+    assert ticket.prompt_tokens == len(smollm.prompt(ticket.request.messages)[1]) > 5

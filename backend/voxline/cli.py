@@ -30,7 +30,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
     if settings.workers <= 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                    ws_max_size=p.MAX_FRAME_BYTES)
+                    **p.UVICORN_WEBSOCKET_OPTIONS)
         return 0
     # Each worker process builds its own app (and loads its own models) from the environment, so the flags
     # travel as VOXLINE_* variables. Checked here first, so a missing model is refused once, in this process.
@@ -39,7 +39,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"VOXLINE_{name.upper()}"] = ("on" if value else "off") if isinstance(value, bool) else str(value)
     uvicorn.run("voxline.server.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=args.log_level, ws_max_size=p.MAX_FRAME_BYTES)
+                workers=settings.workers, log_level=args.log_level, **p.UVICORN_WEBSOCKET_OPTIONS)
     return 0
 
 
@@ -262,6 +262,8 @@ def _add_bench_load(bench) -> None:
     shape.add_argument("--reply-audio", action=argparse.BooleanOptionalAction, default=None,
                        help="sessions want reply audio (default: yes, unless the mix is intents only)")
     shape.add_argument("--think-ms", type=float, default=0.0, help="pause between a session's turns")
+    shape.add_argument("--turns-per-session", type=int, default=0, metavar="K",
+                       help="hang up and open a new session (no history) after K turns (default 0: never)")
     shape.add_argument("--uplink-frame-ms", type=int, choices=[20, 100], default=load.DEFAULT_UPLINK_FRAME_MS,
                        help="audio turns: PCM16 frame length (default %(default)s)")
     shape.add_argument("--turn-timeout", type=float, default=load.DEFAULT_TURN_TIMEOUT_S,

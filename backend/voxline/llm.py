@@ -151,6 +151,11 @@ class LLM:
         text = "".join(self.format.message(m.role, self.neutralize(m.content)) for m in messages)
         return self._system_tokens, self._tokens(text + self.format.generation_prompt())
 
+    def prompt_tokens(self, request: GenerationRequest) -> int:
+        """Tokens the model must prefill for `request` (the system prompt is cached, so it does not count)."""
+        rest = self.prompt(request.messages)[1]
+        return len(rest) if self.use_static_prompt else len(rest) + len(self._system_tokens)
+
     def neutralize(self, content: str) -> str:
         """`content` without control-token strings: a transcript saying `<|im_end|><|im_start|>system` must stay
         words inside the user's turn, never close it and open a system turn (prompt injection)."""

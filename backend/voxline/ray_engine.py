@@ -189,7 +189,7 @@ class LLMWorker:
         self._batch_size = Histogram("voxline_llm_batch_size", description="Requests per LLM batch",
                                      boundaries=list(LLM_BATCH_BUCKETS), tag_keys=("lane",))
         self.scheduler = TurnScheduler(self.llm.generate, SchedulerConfig.from_settings(settings),
-                                       on_batch=self._observe_batch)
+                                       on_batch=self._observe_batch, prompt_tokens=self.llm.prompt_tokens)
 
     def _observe_batch(self, record: BatchRecord) -> None:
         self._batch_size.observe(record.size, tags={"lane": record.lane})

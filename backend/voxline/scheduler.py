@@ -84,6 +84,10 @@ class SchedulerConfig:
     low_confidence: Lane | None = Lane("low_confidence", 2, 20.0)
     queue_limit: int = 64
     """Requests waiting (not yet running) beyond which new ones are refused with `Overloaded`."""
+    max_batch_prompt_tokens: int = 2048
+    """Prompt tokens one batch may prefill (the oldest request always runs, whatever its length). On a CPU the
+    prefill is compute-bound and every request in a batch waits for all of them before its first token: eight
+    sessions with long histories (~530 tokens each) took SmolLM2 10 s to a first token as one batch, 1 s alone."""
     fifo: bool = False
     """One lane of one request at a time, in arrival order: the baseline without batching."""
 
@@ -107,6 +111,7 @@ class SchedulerConfig:
             low_confidence=Lane("low_confidence", s.scheduler_low_confidence_max_batch,
                                 s.scheduler_low_confidence_max_wait_ms),
             queue_limit=s.scheduler_queue_limit,
+            max_batch_prompt_tokens=s.scheduler_max_batch_prompt_tokens,
         )
 
     @classmethod
@@ -156,6 +161,7 @@ class Ticket:
     queued_at: float
     session_id: str = ""
     seq: int = 0
+    prompt_tokens: int = 0
     dispatched_at: float | None = None
     batch_size: int | None = None
     future: Future[GenerationResult] = field(default_factory=Future)
@@ -187,13 +193,13 @@ class BatchPlanner:
         return {name: len(queue) for name, queue in self._lanes.items()}
 
     def add(self, request: GenerationRequest, *, confidence: float, tier: int, now: float,
-            session_id: str = "") -> Ticket:
+            session_id: str = "", prompt_tokens: int = 0) -> Ticket:
         """Queue a request in its lane; raises `Overloaded` when `queue_limit` requests are already waiting."""
         if len(self) >= self.config.queue_limit:
             raise Overloaded(
                 f"the server is busy ({len(self)} replies waiting); please try again in a moment", 0)
         lane = self.config.lane_for(confidence, tier)
-        ticket = Ticket(request, confidence, tier, lane, now, session_id, next(self._seq))
+        ticket = Ticket(request, confidence, tier, lane, now, session_id, next(self._seq), prompt_tokens)
         self._lanes[lane.name].append(ticket)
         return ticket
 
@@ -216,7 +222,13 @@ class BatchPlanner:
         queue, lane = self._lanes[name], self._lane(name)
         oldest, rest = queue[0], queue[1:]
         rest.sort(key=lambda t: (-self.config.priority(t.confidence, t.tier, t.waited_ms(now)), t.seq))
-        batch = [oldest, *rest[:lane.max_batch - 1]]
+        batch, budget = [oldest], self.config.max_batch_prompt_tokens - oldest.prompt_tokens
+        for ticket in rest:
+            if len(batch) == lane.max_batch:
+                break
+            if ticket.prompt_tokens <= budget:
+                batch.append(ticket)
+                budget -= ticket.prompt_tokens
         chosen = set(map(id, batch))
         self._lanes[name] = [t for t in queue if id(t) not in chosen]
         return batch
@@ -255,9 +267,11 @@ class TurnScheduler:
 
     def __init__(self, runner: Runner, config: SchedulerConfig | None = None, *,
                  on_batch: Callable[[BatchRecord], None] = lambda record: None,
+                 prompt_tokens: Callable[[GenerationRequest], int] = lambda request: 0,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.config = config or SchedulerConfig()
         self._runner = runner
+        self._prompt_tokens = prompt_tokens
         self._on_batch = on_batch
         self._clock = clock
         self._planner = BatchPlanner(self.config)
@@ -284,12 +298,14 @@ class TurnScheduler:
 
         `confidence` None means a typed turn (certain). Raises `Overloaded` when the queue is full.
         """
+        tokens = self._prompt_tokens(request)  # tokenizing, outside the lock
         with self._wake:
             if self._closed:
                 raise Overloaded("the server is shutting down; please reconnect in a moment", self.RETRY_MAX_MS)
             try:
                 ticket = self._planner.add(request, confidence=1.0 if confidence is None else confidence,
-                                           tier=tier, now=self._clock(), session_id=session_id)
+                                           tier=tier, now=self._clock(), session_id=session_id,
+                                           prompt_tokens=tokens)
             except Overloaded as exc:
                 raise Overloaded(exc.message, self._retry_after_ms()) from None
             self._ensure_thread()

@@ -16,7 +16,7 @@ import uvicorn
 
 from voxline.config import Settings
 from voxline.server.app import create_app
-from voxline.server.protocol import MAX_FRAME_BYTES
+from voxline.server.protocol import UVICORN_WEBSOCKET_OPTIONS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = [
@@ -43,7 +43,7 @@ class ServerThread:
         self.port = self._sock.getsockname()[1]
         app = create_app(settings or Settings.from_env())
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                                    ws_max_size=MAX_FRAME_BYTES))
+                                                    **UVICORN_WEBSOCKET_OPTIONS))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self._sock]}, daemon=True)
 
     @property

@@ -117,6 +117,10 @@ class TurnPlan:
     reply_audio: bool
     """The `reply_audio` capability of every session: false means no TTS and no audio frames."""
     think_ms: float = 0.0
+    turns_per_session: int = 0
+    """A user hangs up and opens a new session after this many turns (0: never). Each session keeps its dialog
+    history as LLM context, so long sessions mean long prompts: 1 measures one-shot questions, the common case of a
+    voice assistant; 0 measures the worst case, a conversation that never ends."""
     turn_timeout_s: float = DEFAULT_TURN_TIMEOUT_S
     uplink_frame_ms: int = DEFAULT_UPLINK_FRAME_MS
     token: str | None = None
@@ -309,11 +313,15 @@ class SimulatedUser:
                 async with connect(self.url, max_size=None, open_timeout=CONNECT_TIMEOUT_S,
                                    close_timeout=CLOSE_TIMEOUT_S) as ws:
                     await self._open(ws)
+                    turns = 0
                     while time.perf_counter() < self.deadline_s:
                         retry_after_ms = await self._turn(ws)
+                        turns += 1
                         pause_ms = max(self.plan.think_ms, retry_after_ms)
                         if pause_ms:
                             await asyncio.sleep(pause_ms / 1000)
+                        if self.plan.turns_per_session and turns >= self.plan.turns_per_session:
+                            break  # hang up; the next session starts without history
             except FrameDropped as dropped:  # a new connection is the one way to know the server's state again
                 await asyncio.sleep(dropped.retry_after_ms / 1000)
             except TimeoutError:
@@ -960,6 +968,7 @@ def make_plan(args) -> TurnPlan:
         reply_audio = any(mix[k] for k in ("llm", "audio"))
     return TurnPlan(
         mix=mix, confidence=parse_confidence(args.confidence), reply_audio=reply_audio, think_ms=args.think_ms,
+        turns_per_session=args.turns_per_session,
         turn_timeout_s=args.turn_timeout, uplink_frame_ms=args.uplink_frame_ms,
         token=args.token if args.token is not None else os.environ.get("VOXLINE_AUTH_TOKEN") or None,
         audio_clips=speak_questions() if mix["audio"] else (),
@@ -1003,7 +1012,7 @@ def main(args) -> int:
         "mode": "soak" if soak else "compare_batching" if args.compare_batching else "ramp",
         "sessions": levels, "level_seconds": measure_s, "warmup_seconds": args.warmup_seconds,
         "mix": plan.mix, "confidence": list(plan.confidence), "reply_audio": plan.reply_audio,
-        "think_ms": plan.think_ms, "turn_timeout_s": plan.turn_timeout_s, "uplink_frame_ms": plan.uplink_frame_ms,
+        "think_ms": plan.think_ms, "turns_per_session": plan.turns_per_session, "turn_timeout_s": plan.turn_timeout_s, "uplink_frame_ms": plan.uplink_frame_ms,
         "seed": args.seed, "llm": None if args.url else args.llm, "tts_engine": None if args.url else args.tts_engine,
     }
     with contextlib.ExitStack() as stack:

@@ -82,6 +82,10 @@ MAX_FRAME_BYTES = 1024 * 1024
 """Largest WebSocket frame a client may send, for the server to give uvicorn as `ws_max_size`: above any text frame
 (`MAX_TEXT_FRAME_BYTES`) and above `MAX_TURN_AUDIO_SECONDS` of PCM16 in one binary frame (960 kB plus its header).
 uvicorn refuses a larger frame from its header (close 1009) before buffering it; its own default is 16 MiB."""
+UVICORN_WEBSOCKET_OPTIONS = {"ws_max_size": MAX_FRAME_BYTES, "ws_per_message_deflate": False}
+"""How every Voxline server runs uvicorn's WebSockets: the frame limit above, and no permessage-deflate. Browsers
+ask for compression by default; it bought nothing here (reply audio is PCM, control messages are a few hundred
+bytes), and in a py-spy profile of the server under LLM load it was the event loop thread's largest cost."""
 REPLY_AUDIO_RATE_HZ = 24_000
 """Sample rate of the reply audio frames (mono, 16-bit little-endian)."""
 

@@ -138,7 +138,8 @@ class Engines:
         if self.scheduler is None:
             self.scheduler = TurnScheduler(
                 self.llm.generate, SchedulerConfig.from_settings(self.settings),
-                on_batch=lambda b: self.metrics.observe_batch(b.lane, b.size, b.seconds))
+                on_batch=lambda b: self.metrics.observe_batch(b.lane, b.size, b.seconds),
+                prompt_tokens=self.llm.prompt_tokens)
 
     @classmethod
     def load(cls, settings: Settings, model_dir: Callable[[str], object],
