@@ -3,6 +3,7 @@ every request inside a real SmolLM2 batch."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -50,7 +51,9 @@ def test_lanes_by_priority_and_confidence(confidence, tier, lane):
 def test_lane_sizes_and_waits_are_the_design_defaults_and_come_from_settings():
     lanes = {lane.name: (lane.max_batch, lane.max_wait_ms) for lane in CONFIG.lanes}
     assert lanes == {"high": (4, 80.0), "normal": (8, 150.0), "bulk": (16, 300.0), "low_confidence": (2, 20.0)}
-    assert SchedulerConfig.from_settings(Settings()) == CONFIG
+    assert SchedulerConfig.from_settings(Settings(llm_parallel_batches=1)) == CONFIG
+    assert SchedulerConfig.from_settings(Settings(llm_threads=1, llm_parallel_batches=0)).parallel_batches == \
+        max(1, (os.cpu_count() or 2))
     tuned = SchedulerConfig.from_settings(Settings(scheduler_normal_max_batch=5, scheduler_queue_limit=3))
     assert tuned.normal == Lane("normal", 5, 150.0) and tuned.queue_limit == 3
     fifo = SchedulerConfig.from_settings(Settings(batching=False))
@@ -272,3 +275,34 @@ def test_the_scheduler_measures_each_prompt(smollm):
     finally:
         scheduler.close(10)
     assert ticket.prompt_tokens == len(smollm.prompt(ticket.request.messages)[1]) > 5
+
+
+def test_parallel_batches_run_at_once_and_one_at_a_time_never_does():
+    running, peak, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def runner(requests):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+        return [GenerationResult("ok", 1, 0.0, 0.0, "end") for _ in requests]
+
+    for config, expected in ((SchedulerConfig(parallel_batches=2, high=Lane("high", 1, 0.0),
+                                              high_min_priority=0.0, low_confidence=None), 2),
+                             (SchedulerConfig.one_at_a_time(), 1)):
+        running[0] = peak[0] = 0
+        release.clear()
+        scheduler = TurnScheduler(runner, config)
+        try:
+            tickets = [scheduler.submit(request(), confidence=1.0, tier=5) for _ in range(3)]
+            time.sleep(0.3)
+            assert scheduler.running == expected
+            release.set()
+            assert all(t.future.result(5).text == "ok" for t in tickets)
+        finally:
+            release.set()
+            scheduler.close(5)
+        assert peak[0] == expected

@@ -120,6 +120,10 @@ class Settings:
     llm_threads: int = 0
     """CPU threads of the LLM; 0 = half the cores, at least 1. The rest synthesize speech, re-recognise and run the
     event loop: on 2 cores a second LLM thread made generation slower, not faster, once TTS ran beside it."""
+    llm_parallel_batches: int = 0
+    """LLM batches that may run at once, each on `llm_threads` threads (with batching; off is one at a time);
+    0 = as many as the cores hold (cores // LLM threads: 2 on a 2-core machine). One batch cannot take in a request
+    that arrives while it runs, so a second one serves it, on the core the first leaves idle between TTS calls."""
     workers: int = 1
     """Server processes (`voxline serve --workers N`); each loads its own models and serves its own sessions."""
     otlp_endpoint: str = ""
@@ -156,6 +160,12 @@ class Settings:
     def llm_thread_count(self) -> int:
         """`llm_threads`, with 0 resolved for this machine."""
         return self.llm_threads or max(1, (os.cpu_count() or 2) // 2)
+
+    def llm_parallel_count(self) -> int:
+        """`llm_parallel_batches`, with 0 resolved for this machine; always 1 without batching."""
+        if not self.batching:
+            return 1
+        return self.llm_parallel_batches or max(1, (os.cpu_count() or 2) // self.llm_thread_count())
 
     def server_models(self) -> list[str]:
         """The manifest models the server itself needs (the browser's are served too; see `browser_models`)."""

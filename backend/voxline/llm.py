@@ -118,6 +118,7 @@ class LLM:
         device: str | None = None,
         compute_type: str | None = None,
         threads: int = 0,
+        parallel: int = 1,
     ) -> None:
         self.folder = Path(folder)
         self.device = device or default_device()[0]
@@ -126,7 +127,8 @@ class LLM:
             self.format = ChatFormat.from_model_dir(self.folder)
             self.tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
             self.generator = ctranslate2.Generator(
-                str(self.folder), device=self.device, compute_type=self.compute_type, intra_threads=threads
+                str(self.folder), device=self.device, compute_type=self.compute_type, intra_threads=threads,
+                inter_threads=parallel,  # batches run at once, each on `threads` threads (weights shared)
             )
         except (OSError, RuntimeError, ValueError) as exc:
             raise ModelError(f"cannot load the LLM in {self.folder}: {exc}") from exc

@@ -184,7 +184,8 @@ class LLMWorker:
 
         from voxline.llm import LLM
 
-        self.llm = LLM(paths.model_dir(settings.llm_model), threads=threads)
+        self.llm = LLM(paths.model_dir(settings.llm_model), threads=threads,
+                       parallel=settings.llm_parallel_count())
         self.llm.warm_up()
         self._batch_size = Histogram("voxline_llm_batch_size", description="Requests per LLM batch",
                                      boundaries=list(LLM_BATCH_BUCKETS), tag_keys=("lane",))

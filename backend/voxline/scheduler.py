@@ -90,6 +90,9 @@ class SchedulerConfig:
     sessions with long histories (~530 tokens each) took SmolLM2 10 s to a first token as one batch, 1 s alone."""
     fifo: bool = False
     """One lane of one request at a time, in arrival order: the baseline without batching."""
+    parallel_batches: int = 1
+    """Batches that may run on the model at once (each on its own CPU thread; the `LLM` must be loaded with as
+    many `parallel` replicas). Always 1 for `one_at_a_time`, whose point is one request at a time."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SchedulerConfig:
@@ -112,6 +115,7 @@ class SchedulerConfig:
                                 s.scheduler_low_confidence_max_wait_ms),
             queue_limit=s.scheduler_queue_limit,
             max_batch_prompt_tokens=s.scheduler_max_batch_prompt_tokens,
+            parallel_batches=s.llm_parallel_count(),
         )
 
     @classmethod
@@ -276,9 +280,10 @@ class TurnScheduler:
         self._clock = clock
         self._planner = BatchPlanner(self.config)
         self._wake = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._closed = False
-        self._running = 0
+        self._running: dict[int, int] = {}
+        """Requests in the batch each model thread is running."""
         self._batch_seconds = 1.0
         """Moving average of a batch's run time: the basis of the retry hint."""
 
@@ -290,7 +295,7 @@ class TurnScheduler:
     @property
     def running(self) -> int:
         """Requests in the batch on the model right now."""
-        return self._running
+        return sum(self._running.values())
 
     def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
                session_id: str = "") -> Ticket:
@@ -323,15 +328,18 @@ class TurnScheduler:
         """Refuse new requests, let the queued ones run, and stop the thread (waits up to `timeout`)."""
         with self._wake:
             self._closed = True
-            self._wake.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
+            self._wake.notify_all()
+            threads = list(self._threads)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if deadline is None else max(deadline - time.monotonic(), 0.0))
 
     def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="voxline-scheduler", daemon=True)
-            self._thread.start()
+        if not self._threads:
+            for i in range(self.config.parallel_batches):
+                thread = threading.Thread(target=self._loop, name=f"voxline-scheduler-{i}", daemon=True)
+                self._threads.append(thread)
+                thread.start()
 
     def _retry_after_ms(self) -> int:
         batches_ahead = math.ceil(len(self._planner) / self.config.max_batch) + 1
@@ -344,9 +352,10 @@ class TurnScheduler:
                 batch = self._next_batch_locked()
                 if batch is None:
                     return
-                self._running = len(batch)
+                self._running[threading.get_ident()] = len(batch)
             self._run(batch)
-            self._running = 0
+            with self._wake:
+                self._running.pop(threading.get_ident(), None)
 
     def _next_batch_locked(self) -> list[Ticket] | None:
         """Wait for a ready batch; None once closed and empty. Called with the condition held."""

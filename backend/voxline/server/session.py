@@ -147,7 +147,8 @@ class Engines:
              metrics: ServerMetrics | None = None, telemetry: Telemetry | None = None) -> Engines:
         """Load the LLM and TTS now (warmed up), the server ASR lazily; `on_loaded(name)` after each model."""
         grammar = builtin_grammar()
-        llm = LLM(model_dir(settings.llm_model), threads=settings.llm_thread_count())
+        llm = LLM(model_dir(settings.llm_model), threads=settings.llm_thread_count(),
+                  parallel=settings.llm_parallel_count())
         llm.warm_up()
         on_loaded(settings.llm_model)
         tts = load_synthesizer(settings.tts_engine, model_dir(settings.tts_model))
