@@ -26,11 +26,16 @@ requests without ever holding back the one that has waited longest: every reques
 wait once it is the oldest, and a session has at most one request queued (one turn at a time), which keeps the
 queue fair between sessions. All numbers are `SchedulerConfig` fields, set from `Settings.scheduler_*`.
 
+Two limits shape a batch besides its lane. Its prompts may hold at most `max_batch_prompt_tokens` tokens to prefill
+(the oldest request runs regardless): on a CPU the prefill is compute-bound and every request of a batch waits for
+all of them before its first token, so long histories make smaller batches. And `parallel_batches` batches may run
+at once (CTranslate2's `inter_threads`): a running batch cannot take in a newcomer, a second one can.
+
 Admission is bounded: past `queue_limit` waiting requests, `submit` raises `Overloaded` with a retry hint
 estimated from recent batch times; the client gets `error {code: "overloaded", retry_after_ms}`, never a hang.
 
 `BatchPlanner` holds the decisions and takes the clock as an argument, so tests replay arrivals exactly;
-`TurnScheduler` adds the one thread that runs the planned batches on the model.
+`TurnScheduler` adds the threads that run the planned batches on the model.
 """
 
 from __future__ import annotations
@@ -264,7 +269,8 @@ class BatchRecord:
 
 
 class TurnScheduler:
-    """Queue + planner + one thread running batches on the model. Thread-safe; `submit` never blocks."""
+    """Queue + planner + a thread per parallel batch running batches on the model. Thread-safe; `submit` never
+    blocks."""
 
     RETRY_MIN_MS = 250
     RETRY_MAX_MS = 10_000
@@ -294,8 +300,9 @@ class TurnScheduler:
 
     @property
     def running(self) -> int:
-        """Requests in the batch on the model right now."""
-        return sum(self._running.values())
+        """Requests in the batches on the model right now."""
+        with self._wake:
+            return sum(self._running.values())
 
     def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
                session_id: str = "") -> Ticket:
