@@ -306,3 +306,28 @@ def test_parallel_batches_run_at_once_and_one_at_a_time_never_does():
             release.set()
             scheduler.close(5)
         assert peak[0] == expected
+
+
+def test_a_request_that_would_wait_too_long_is_refused_at_once():
+    release = threading.Event()
+
+    def runner(requests):
+        release.wait(10)
+        return [GenerationResult("ok", 1, 0.0, 0.0, "end") for _ in requests]
+
+    # One request per batch, one batch at a time, batches assumed to take 1 s until measured: with two requests
+    # ahead the wait is about 2 s, over the 1.5 s bound.
+    scheduler = TurnScheduler(runner, SchedulerConfig(high=Lane("high", 1, 0.0), normal=Lane("normal", 1, 0.0),
+                                                      bulk=Lane("bulk", 1, 0.0), low_confidence=None,
+                                                      max_queue_wait_s=1.5))
+    try:
+        admitted = [scheduler.submit(request(), confidence=1.0, tier=5) for _ in range(2)]
+        with pytest.raises(Overloaded) as refused:
+            scheduler.submit(request(), confidence=1.0, tier=5)
+        assert "would wait about 2 s" in refused.value.message
+        assert refused.value.retry_after_ms >= 2000
+        release.set()
+        assert all(t.future.result(5).text == "ok" for t in admitted)
+    finally:
+        release.set()
+        scheduler.close(5)

@@ -114,6 +114,8 @@ class Settings:
     scheduler_low_confidence_max_batch: int = 2
     scheduler_low_confidence_max_wait_ms: float = 20.0
     scheduler_queue_limit: int = 64
+    scheduler_max_queue_wait_s: float = 20.0
+    """A turn whose LLM request would wait longer than this (estimated) gets `overloaded` at once; 0 = no bound."""
     scheduler_max_batch_prompt_tokens: int = 2048
     """Prompt tokens one LLM batch may prefill; a batch of long histories is cut short (see scheduler.py)."""
     """LLM requests waiting beyond which new turns get `error {code: "overloaded", retry_after_ms}`."""

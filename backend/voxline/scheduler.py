@@ -89,6 +89,9 @@ class SchedulerConfig:
     low_confidence: Lane | None = Lane("low_confidence", 2, 20.0)
     queue_limit: int = 64
     """Requests waiting (not yet running) beyond which new ones are refused with `Overloaded`."""
+    max_queue_wait_s: float = 20.0
+    """A request whose estimated wait for the model is longer is refused with `Overloaded` at once (0: no bound):
+    saying "busy, try again" beats half a minute of silence. The estimate is batches ahead × recent batch time."""
     max_batch_prompt_tokens: int = 2048
     """Prompt tokens one batch may prefill (the oldest request always runs, whatever its length). On a CPU the
     prefill is compute-bound and every request in a batch waits for all of them before its first token: eight
@@ -120,6 +123,7 @@ class SchedulerConfig:
                                 s.scheduler_low_confidence_max_wait_ms),
             queue_limit=s.scheduler_queue_limit,
             max_batch_prompt_tokens=s.scheduler_max_batch_prompt_tokens,
+            max_queue_wait_s=s.scheduler_max_queue_wait_s,
             parallel_batches=s.llm_parallel_count(),
         )
 
@@ -314,6 +318,10 @@ class TurnScheduler:
         with self._wake:
             if self._closed:
                 raise Overloaded("the server is shutting down; please reconnect in a moment", self.RETRY_MAX_MS)
+            wait_s = self._expected_wait_s()
+            if self.config.max_queue_wait_s and wait_s > self.config.max_queue_wait_s:
+                raise Overloaded(f"the server is busy (a reply would wait about {wait_s:.0f} s); "
+                                 "please try again in a moment", self._retry_after_ms())
             try:
                 ticket = self._planner.add(request, confidence=1.0 if confidence is None else confidence,
                                            tier=tier, now=self._clock(), session_id=session_id,
@@ -348,9 +356,17 @@ class TurnScheduler:
                 self._threads.append(thread)
                 thread.start()
 
+    def _expected_wait_s(self) -> float:
+        """How long a new request would wait for the model: the batches ahead of it (waiting and running, in
+        batches of the largest lane's size), run `parallel_batches` at a time, at the recent batch time."""
+        ahead = len(self._planner) + sum(self._running.values())
+        if not ahead:
+            return 0.0
+        batches = math.ceil(ahead / self.config.max_batch)
+        return batches * self._batch_seconds / self.config.parallel_batches
+
     def _retry_after_ms(self) -> int:
-        batches_ahead = math.ceil(len(self._planner) / self.config.max_batch) + 1
-        estimate = batches_ahead * self._batch_seconds * 1000.0
+        estimate = (self._expected_wait_s() + self._batch_seconds) * 1000.0
         return int(min(max(estimate, self.RETRY_MIN_MS), self.RETRY_MAX_MS))
 
     def _loop(self) -> None:
