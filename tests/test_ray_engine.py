@@ -38,6 +38,8 @@ from voxline.server import protocol as p  # noqa: E402
 from voxline.server.app import create_app  # noqa: E402
 from voxline.server.session import APOLOGY  # noqa: E402
 
+from wsframes import of_type, receive_until  # noqa: E402
+
 SMOLLM = "smollm2-135m-instruct-ct2"
 QUESTION = "What is the capital of France?"
 STORY = "Tell me a long story about a dragon who learns to fly, with many details."
@@ -274,21 +276,6 @@ def hello(ws, **capabilities) -> dict:
     return welcome
 
 
-def until(ws, kind: str) -> list:
-    """Messages (dicts) and audio frames (bytes) up to and including the first message of type `kind`."""
-    frames = []
-    while True:
-        message = ws.receive()
-        if message.get("bytes") is not None:
-            frames.append(message["bytes"])
-            continue
-        frames.append(json.loads(message["text"]))
-        if frames[-1]["type"] == kind:
-            return frames
-
-
-def of_type(frames: list, kind: str) -> list[dict]:
-    return [f for f in frames if isinstance(f, dict) and f["type"] == kind]
 
 
 def llm_replicas() -> list[dict]:
@@ -304,7 +291,7 @@ def test_a_turn_runs_end_to_end_through_the_deployments(client):
         welcome = hello(ws)
         assert welcome["models"]["llm"] == SMOLLM and welcome["models"]["tts"] == "espeak"
         ws.send_text(json.dumps({"type": "turn.start", "turn_id": 1, "transcript": QUESTION, "confidence": 0.9}))
-        frames = until(ws, "timings")
+        frames = receive_until(ws, "timings")
     deltas = of_type(frames, "reply.delta")
     done = of_type(frames, "reply.done")[0]
     audio = [f for f in frames if isinstance(f, bytes)]
@@ -332,7 +319,7 @@ def test_an_audio_turn_below_the_gate_is_re_recognised_by_the_asr_deployment(cli
         for start in range(0, len(pcm), 3200):
             ws.send_bytes(p.encode_audio_frame("pcm16", 1, pcm[start:start + 3200]))
         ws.send_text(json.dumps({"type": "turn.audio_end", "turn_id": 1}))
-        frames = until(ws, "reply.done")
+        frames = receive_until(ws, "reply.done")
     transcript = of_type(frames, "transcript")
     assert transcript[0]["source"] == "server" and transcript[0]["text"] == "Pause the music."
     assert of_type(frames, "intent")[0]["intent"] == "media.pause"
@@ -343,10 +330,10 @@ def test_a_barge_in_stops_the_generation_in_the_replica(long_client):
     with long_client.websocket_connect("/ws") as ws:
         hello(ws)
         ws.send_text(json.dumps({"type": "text", "turn_id": 1, "text": STORY}))
-        until(ws, "reply.delta")
+        receive_until(ws, "reply.delta")
         assert llm.activity.remote().result(timeout_s=10)["running"] == 1
         ws.send_text(json.dumps({"type": "barge_in", "turn_id": 1, "played_ms": 0}))
-        done = until(ws, "reply.done")[-1]
+        done = receive_until(ws, "reply.done")[-1]
         assert done["interrupted"]
         # 256 tokens would take several seconds more: the replica stopped at its next token instead.
         deadline = time.monotonic() + 3.0
@@ -361,9 +348,9 @@ def test_a_killed_llm_replica_fails_the_turn_with_llm_failed_and_serve_brings_it
     with long_client.websocket_connect("/ws") as ws:
         hello(ws)
         ws.send_text(json.dumps({"type": "text", "turn_id": 1, "text": STORY}))
-        until(ws, "reply.delta")  # the reply is streaming: a retry could not be transparent any more
+        receive_until(ws, "reply.delta")  # the reply is streaming: a retry could not be transparent any more
         ray.kill(ray.get_actor(before["name"], namespace=before["namespace"]), no_restart=False)
-        frames = until(ws, "reply.done")
+        frames = receive_until(ws, "reply.done")
         errors = of_type(frames, "error")
         assert [e["code"] for e in errors] == ["llm_failed"] and errors[0]["turn_id"] == 1
         assert frames[-1]["text"] == APOLOGY and not frames[-1]["interrupted"]
@@ -373,7 +360,7 @@ def test_a_killed_llm_replica_fails_the_turn_with_llm_failed_and_serve_brings_it
         while True:
             turn_id += 1
             ws.send_text(json.dumps({"type": "text", "turn_id": turn_id, "text": QUESTION}))
-            done = until(ws, "reply.done")
+            done = receive_until(ws, "reply.done")
             if not of_type(done, "error"):
                 break
             assert time.monotonic() < deadline, "the LLM replica did not come back"

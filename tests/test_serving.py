@@ -26,6 +26,8 @@ from voxline.server.metrics import ServerMetrics, SlowTurns, dominant_stage
 from voxline.server.session import first_audio_stages
 from voxline.telemetry import Telemetry, tracing_configured
 
+from wsframes import of_type, receive_until
+
 SMOLLM = "smollm2-135m-instruct-ct2"
 QUESTION = "What is the capital of France?"
 
@@ -54,22 +56,8 @@ def converse(ws, *turns: dict, capabilities: dict | None = None) -> list[list]:
     out = []
     for turn in turns:
         ws.send_text(json.dumps(turn))
-        frames = []
-        while True:
-            message = ws.receive()
-            if message.get("bytes") is not None:
-                frames.append(message["bytes"])
-                continue
-            msg = json.loads(message["text"])
-            frames.append(msg)
-            if msg["type"] == "timings":
-                break
-        out.append(frames)
+        out.append(receive_until(ws, "timings"))
     return out
-
-
-def by_type(frames: list, kind: str) -> list[dict]:
-    return [f for f in frames if isinstance(f, dict) and f["type"] == kind]
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -83,7 +71,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 def test_an_llm_turn_reports_its_lane_batch_and_stages_that_add_up_to_the_first_audio(client):
     with client.websocket_connect("/ws") as ws:
         (frames,) = converse(ws, {"type": "turn.start", "turn_id": 1, "transcript": QUESTION, "confidence": 0.9})
-    timings = by_type(frames, "timings")[0]
+    timings = of_type(frames, "timings")[0]
     assert any(isinstance(f, bytes) for f in frames)
     assert timings["lane"] == "normal" and timings["batch_size"] == 1  # 0.6·0.9 + 0.25·0.5 = 0.665
     stages = timings["stages"]
@@ -159,9 +147,9 @@ def test_a_text_only_session_gets_no_audio_and_no_tts(client):
                                 capabilities={"reply_audio": False})
     for frames in (llm, command):
         assert not any(isinstance(f, bytes) for f in frames)
-        assert "tts_first_audio_ms" not in by_type(frames, "timings")[0]
-    assert "Paris" in by_type(llm, "reply.done")[0]["text"]
-    assert by_type(command, "intent")[0]["intent"] == "media.pause"
+        assert "tts_first_audio_ms" not in of_type(frames, "timings")[0]
+    assert "Paris" in of_type(llm, "reply.done")[0]["text"]
+    assert of_type(command, "intent")[0]["intent"] == "media.pause"
 
 
 def test_a_full_queue_answers_overloaded_with_a_retry_hint_and_the_session_lives_on(model_dir):
@@ -169,11 +157,11 @@ def test_a_full_queue_answers_overloaded_with_a_retry_hint_and_the_session_lives
         refused, command = converse(ws, {"type": "text", "turn_id": 1, "text": QUESTION},
                                     {"type": "text", "turn_id": 2, "text": "pause the music"})
         scraped = c.get("/metrics").text
-    (error,) = by_type(refused, "error")
+    (error,) = of_type(refused, "error")
     assert error["code"] == "overloaded" and error["turn_id"] == 1
     assert error["retry_after_ms"] >= 250 and "try again" in error["message"]
-    assert by_type(refused, "reply.done")[0]["turn_id"] == 1
-    assert by_type(command, "intent")[0]["intent"] == "media.pause"
+    assert of_type(refused, "reply.done")[0]["turn_id"] == 1
+    assert of_type(command, "intent")[0]["intent"] == "media.pause"
     assert metric(scraped, "voxline_rejections_total", reason="overloaded") == 1
 
 
