@@ -43,6 +43,9 @@ export const DEFAULTS = Object.freeze({
   // Local intents (zero round trips).
   /** Transcript confidence below which a local match is not trusted and the turn goes to the server. */
   localIntentMinConfidence: 0.5,
+  /** Grammar-aware decoding: beside the free decode, a decode constrained to the grammar's sentences gives the
+   * command reading and its command confidence (off: the free transcript and its word confidence decide). */
+  grammarDecode: true,
   /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
   earlyIntentMinConfidence: 0.75,
   /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */
