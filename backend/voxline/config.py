@@ -30,6 +30,8 @@ DEFAULT_IDLE_GRACE_S = 10.0
 DEFAULT_OUTBOX_MAX_AUDIO_BYTES = 2 * 1024 * 1024
 DEFAULT_OUTBOX_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+DEFAULT_INTENT_CLASSIFIER = "llm"
+INTENT_CLASSIFIERS = ("llm", "off")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,6 +49,10 @@ class Settings:
     """`hibari` (the model `tts_model`) or `espeak` (Debian's espeak-ng, robotic but always there)."""
     asr_confidence_gate: float = DEFAULT_ASR_CONFIDENCE_GATE
     """Below this browser confidence a turn's audio is re-recognised on the server (Whisper base)."""
+    intent_classifier: str = DEFAULT_INTENT_CLASSIFIER
+    """What the server does with an utterance the grammar misses, before the LLM chats: `llm` asks the LLM, as a
+    constrained classifier, whether it is one of the known intents (voxline/server/intent_classifier.py); `off`
+    sends it straight to the chat."""
     reply_max_tokens: int = DEFAULT_REPLY_MAX_TOKENS
     """Longest spoken reply, in LLM tokens (about 0.75 words each)."""
     reply_max_seconds: float = DEFAULT_REPLY_MAX_SECONDS
@@ -158,6 +164,11 @@ class Settings:
                 values[f.name] = _coerce(f.name, raw, f.type)
         values.update({k: v for k, v in overrides.items() if v is not None})
         return replace(cls(), **values)
+
+    def __post_init__(self) -> None:
+        if self.intent_classifier not in INTENT_CLASSIFIERS:
+            expected = ", ".join(INTENT_CLASSIFIERS)
+            raise ValueError(f"intent_classifier={self.intent_classifier!r}: expected one of {expected}")
 
     def llm_thread_count(self) -> int:
         """`llm_threads`, with 0 resolved for this machine."""
