@@ -10,6 +10,7 @@ export const EVENTS = Object.freeze({
   intent: 'voxline:intent',
   reply: 'voxline:reply',
   replyAudio: 'voxline:reply-audio',
+  timings: 'voxline:timings',
   error: 'voxline:error',
 });
 
@@ -21,12 +22,20 @@ export class Emitter {
   constructor(target, audioTime) {
     this.target = target;
     this.audioTime = audioTime;
+    /** @type {((name: string, detail: object) => void)[]} see every event after it is dispatched */
+    this.observers = [];
+  }
+
+  /** @param {(name: string, detail: object) => void} observer called after each event, with its full detail */
+  observe(observer) {
+    this.observers.push(observer);
   }
 
   /** @param {string} name one of EVENTS @param {object} detail */
   emit(name, detail = {}) {
     const full = { ...detail, t: performance.now(), audio_t: this.audioTime() };
     this.target.dispatchEvent(new CustomEvent(name, { detail: full, bubbles: true, composed: true }));
+    for (const observer of this.observers) observer(name, full);
     return full;
   }
 }

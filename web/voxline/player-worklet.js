@@ -9,7 +9,10 @@ class PlayerProcessor extends AudioWorkletProcessor {
     this.prebuffer = options.processorOptions.prebufferSamples;
     this.reset(null);
     this.port.onmessage = ({ data }) => {
-      if (data.type === 'start') this.reset(data.replyId);
+      if (data.type === 'start') {
+        if (this.replyId !== null) this.finish('stopped'); // a new reply cuts the old one: its end is reported
+        this.reset(data.replyId);
+      }
       else if (data.type === 'chunk' && data.replyId === this.replyId) {
         this.chunks.push(data.samples);
         this.queued += data.samples.length;

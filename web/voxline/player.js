@@ -1,11 +1,16 @@
 // Plays streamed reply audio (PCM at the server's TTS rate) through an AudioWorklet with a small jitter buffer.
 // `onFirstSample` fires when the first sample of a reply is handed to the audio device: the moment
-// `voxline:reply-audio {first: true}` reports.
+// `voxline:reply-audio {first: true}` reports. `onFinished` fires once per reply whose first sample played, when its
+// last sample has played (`reason: 'done'`) or when it was stopped (`'stopped'`, barge-in), with how much of it was
+// played: the moment `voxline:reply-audio {last: true}` reports. Stopping is immediate: the audio thread outputs
+// silence from its next 128-sample render quantum (5 ms at the 24 kHz reply rate), well inside one reply frame.
 
 export const PREBUFFER_SECS = 0.06;
 
+/** @typedef {{replyId: number|null, reason: 'done'|'stopped', playedMs: number}} FinishedInfo */
+
 export class ReplyPlayer {
-  /** @param {{sampleRate: number, onFirstSample: (replyId: string) => void, onFinished: (info: {replyId: string, reason: string, playedMs: number}) => void}} options */
+  /** @param {{sampleRate: number, onFirstSample: (replyId: number) => void, onFinished?: (info: FinishedInfo) => void}} options */
   constructor({ sampleRate, onFirstSample, onFinished }) {
     this.rate = sampleRate;
     this.onFirstSample = onFirstSample;
@@ -13,6 +18,8 @@ export class ReplyPlayer {
     this.context = null;
     this.node = null;
     this.current = null;
+    /** The reply whose first sample has played and whose end has not been reported yet. */
+    this.audible = null;
     /** Messages go out in order, after the worklet exists: pushes made while it starts are not lost. */
     this.chain = Promise.resolve();
   }
@@ -31,14 +38,20 @@ export class ReplyPlayer {
     });
     this.node.connect(this.context.destination);
     this.node.port.onmessage = ({ data }) => {
-      if (data.type === 'first') this.onFirstSample(data.replyId);
-      else if (data.type === 'finished') {
+      if (data.type === 'first') {
+        this.audible = data.replyId;
+        this.onFirstSample(data.replyId);
+      } else if (data.type === 'finished') {
         if (data.replyId === null && data.reason === 'done') return;
         if (this.current === data.replyId || data.replyId === null) this.current = null;
         const info = { replyId: data.replyId, reason: data.reason, playedMs: (1000 * data.playedSamples) / this.rate };
         this.stopping?.(info);
         this.stopping = null;
-        this.onFinished?.(info);
+        // Idle when stopped (replyId null): the last reply's end was reported already, or it never became audible.
+        if (data.replyId !== null && this.audible === data.replyId) {
+          this.audible = null;
+          this.onFinished?.(info);
+        }
       }
     };
   }
@@ -70,7 +83,7 @@ export class ReplyPlayer {
 
   /**
    * Barge-in: silence now. Resolves with how much of the reply was heard once the audio thread has stopped.
-   * @returns {Promise<{replyId: string, reason: string, playedMs: number}>}
+   * @returns {Promise<FinishedInfo>} replyId null: nothing was playing any more (the reply had just ended)
    */
   stop() {
     const stopped = new Promise((resolve) => { this.stopping = resolve; });

@@ -23,6 +23,7 @@ import { BackendLink } from './link.js';
 import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
 import { ReplyPlayer } from './player.js';
 import { resolveSettings } from './settings.js';
+import { TurnTimings } from './timings.js';
 import { spawnWorker } from './workers.js';
 
 const FRAME = 512;
@@ -63,6 +64,11 @@ export class Voxline {
     this.onProgress = options.onProgress ?? (() => {});
     this.capture = new Capture(this.settings);
     this.events = new Emitter(this.target, () => this.capture.audioTime);
+    // Per-turn timings: built from the page's own events (and three facts of the link), one `voxline:timings` each.
+    this.turnTimings = new TurnTimings((record) => this.events.emit(EVENTS.timings, record));
+    this.events.observe((name, detail) => this.turnTimings.observe(name, detail));
+    /** @type {Set<number>} server turns barged in on before their reply ended: their late audio is not played */
+    this.silenced = new Set();
     this.turn = null;
     /** @type {Map<number, object>} decode request id → the turn it belongs to */
     this.decodes = new Map();
@@ -296,6 +302,8 @@ export class Voxline {
     this.player = new ReplyPlayer({
       sampleRate: REPLY_AUDIO_RATE,
       onFirstSample: (turnId) => this.events.emit(EVENTS.replyAudio, { first: true, turn_id: turnId }),
+      onFinished: ({ replyId, reason, playedMs }) => this.events.emit(EVENTS.replyAudio, {
+        last: true, turn_id: replyId, interrupted: reason === 'stopped', played_ms: Math.round(playedMs) }),
     });
     const replyOf = (turnId) => this.replies.get(turnId) ?? { text: '', audio: false };
     this.link = new BackendLink(this.serverUrl, {
@@ -316,6 +324,7 @@ export class Voxline {
         this.events.emit(EVENTS.reply, { text: reply.text, final: false, turn_id: turnId });
       },
       onReplyAudio: (turnId, samples) => {
+        if (this.silenced.has(turnId)) return; // sent before the server heard the barge-in
         const reply = replyOf(turnId);
         if (!reply.audio) this.player.begin(turnId);
         reply.audio = true;
@@ -323,12 +332,19 @@ export class Voxline {
         this.player.push(turnId, samples);
       },
       onReplyDone: (turnId, text, interrupted) => {
-        if (replyOf(turnId).audio) this.player.end(turnId);
+        const audio = replyOf(turnId).audio && !this.silenced.has(turnId);
+        if (audio) this.player.end(turnId);
         this.replies.delete(turnId);
+        this.silenced.delete(turnId);
         if (this.activeServerTurn === turnId) this.activeServerTurn = null;
         this.events.emit(EVENTS.reply, { text, final: true, interrupted, turn_id: turnId });
+        this.turnTimings.replyDone(turnId, { interrupted, audioPending: audio && this.player.playing });
       },
-      onTimings: (turnId, timings) => { this.lastTimings = timings; },
+      onTimings: (turnId, timings) => {
+        this.lastTimings = timings;
+        this.turnTimings.serverTimings(turnId, timings);
+      },
+      onTurnSent: (turnId) => this.turnTimings.sent(turnId, this.capture.audioTime),
       onError: (code, message, turnId) => this.#fail(code, message, turnId),
     }, { opus: this.opus, token: this.token, reconnect: { firstMs: this.settings.reconnectFirstMs, maxMs: this.settings.reconnectMaxMs,
       jitter: this.settings.reconnectJitter } });
@@ -349,18 +365,23 @@ export class Voxline {
       this.events.emit(EVENTS.reply, { text: reply?.text ?? '', final: true, interrupted: true, turn_id: turnId });
     }
     this.replies.clear();
+    this.silenced.clear();
     this.activeServerTurn = null;
+    this.turnTimings.linkDown();
   }
 
   /**
-   * The user speaks over a reply: stop it now. Playing audio is stopped, and `barge_in` says how much of it was
-   * heard; an unfinished reply not yet audible is cancelled with nothing heard. The server cancels generation if it
-   * is still running and keeps only what was heard in the dialog. Resolves once `barge_in` is sent, so a new turn
-   * never overtakes it.
+   * The user speaks over a reply: stop it now. Playing audio is stopped (`voxline:reply-audio {last: true,
+   * interrupted: true, played_ms}`), and `barge_in` says how much of it was heard; an unfinished reply not yet
+   * audible is cancelled with nothing heard, and its audio still in flight is never played. The server cancels
+   * generation if it is still running (its `reply.done` says interrupted) and keeps only what was heard in the
+   * dialog, whether or not it had finished the reply. Resolves once `barge_in` is sent, so a new turn never
+   * overtakes it.
    */
   async #bargeIn() {
     const turnId = this.activeServerTurn;
     this.activeServerTurn = null;
+    if (turnId != null) this.silenced.add(turnId); // until its reply.done: no audio of it may start any more
     if (this.player?.playing) { // also the tail of a reply the server has finished sending
       const { replyId, playedMs } = await this.player.stop();
       const heardTurn = replyId ?? turnId; // null: playback had just ended, all of it was heard

@@ -72,6 +72,8 @@ export function nextStatus(status, { type, detail = {} }) {
       // The text is complete, but its audio may still be playing (or about to start): `played` ends it.
       return { ...s, phase: detail.audioPending ? 'speaking' : rest(s) };
     case 'voxline:reply-audio':
+      // `last`: the reply's last sample has played, or playback was stopped (barge-in): the same as `played`.
+      if (detail.last) return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
       return { ...s, offline: false, phase: 'speaking' };
     case 'played':
       return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
