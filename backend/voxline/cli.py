@@ -218,8 +218,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench_asr.add_argument("--rounds", type=int, default=2, help="passes over the commands, configurations alternating")
     bench_asr.add_argument("--voice", choices=["hibari", "espeak"], default="hibari")
     bench_asr.set_defaults(func=_cmd_bench)
-    bench_intents = bench.add_parser("intents", help="end of speech → voxline:intent per source, vs an 800 ms endpoint")
+    bench_intents = bench.add_parser(
+        "intents", help="end of speech → voxline:intent per source, vs an 800 ms endpoint; --set: accuracy on a set",
+        description="Without --set: zero-round-trip latency on a few commands. With --set FILE (one JSON object a "
+                    "line, see voxline/bench/sets/README.md): the set spoken by synthetic voices, clean and noisy, "
+                    "through the demo page in Chromium, current defaults beside the baseline; JSON on stdout, "
+                    "the wrong answers on stderr.")
     bench_intents.add_argument("--rounds", type=int, default=1)
+    bench_intents.add_argument("--set", type=Path, metavar="FILE",
+                               help="evaluation set, e.g. backend/voxline/bench/sets/commands-en.jsonl")
+    bench_intents.add_argument("--voices", action="append", metavar="A,B",
+                               help="voices for --set (default espeak-gb,espeak-us-f3-slow,hibari-1; have "
+                                    "espeak-us, espeak-gb, espeak-us-f3-slow, espeak-rp-fast, hibari-1, "
+                                    "hibari-2-slow, hibari-3-fast)")
+    bench_intents.add_argument("--noise-snr-db", type=_snr_db, default=10.0, metavar="DB",
+                               help="also a noisy copy of every page: pink noise this many dB below speech "
+                                    "(default 10; 'none' for clean only)")
+    bench_intents.add_argument("--limit", type=int, metavar="N", help="only N items, spread evenly over the set")
+    bench_intents.add_argument("--llm", default=None, help="server LLM for --set (default: the server's default)")
+    bench_intents.add_argument("--second-hearing", action="store_true",
+                               help="each page says its commands twice; the second hearing measures the learned cache")
+    bench_intents.add_argument("--json-out", type=Path, metavar="FILE",
+                               help="also write the report with every outcome, and FILE.errors.txt")
     bench_intents.set_defaults(func=_cmd_bench)
     bench_turn = bench.add_parser("turn", help="first reply audio: server (vs non-streaming) and browser TTFA")
     bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20)")
@@ -228,6 +248,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_turn.set_defaults(func=_cmd_bench)
     _add_bench_load(bench)
     return parser
+
+
+def _snr_db(value: str) -> float | None:
+    if value.lower() == "none":
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of dB or 'none', got {value!r}") from None
 
 
 def _add_bench_load(bench) -> None:

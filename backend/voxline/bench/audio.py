@@ -108,3 +108,41 @@ def hibari(text: str, seed: int = 0, speed: float = 1.0, level_dbfs: float = -20
 
 
 _HIBARI: dict = {}
+
+
+# Noisy copies for the evaluation sets (voxline bench intents --set). Levels are RMS in dBFS.
+SPEECH_LEVEL_DBFS = -20.0
+"""Every rendered clip is levelled to this RMS, so an SNR names one noise level for all voices."""
+NOISE_KINDS = ("pink", "white")
+
+
+def level(samples: np.ndarray, dbfs: float = SPEECH_LEVEL_DBFS) -> np.ndarray:
+    """`samples` scaled to an RMS of `dbfs`."""
+    rms = float(np.sqrt((samples.astype(np.float64) ** 2).mean())) if samples.size else 0.0
+    return samples if rms == 0.0 else (samples * (10 ** (dbfs / 20) / rms)).astype(np.float32)
+
+
+def noise(n: int, kind: str = "pink", seed: int = 0) -> np.ndarray:
+    """`n` samples of unit-RMS noise: `white`, or `pink` (power falling 3 dB per octave, shaped in the frequency
+    domain: a steady, fan- or traffic-like room noise). Deterministic for a seed."""
+    if kind not in NOISE_KINDS:
+        raise ValueError(f"noise kind {kind!r}: expected one of {', '.join(NOISE_KINDS)}")
+    white = np.random.default_rng(seed).standard_normal(n)
+    if kind == "pink" and n > 1:
+        spectrum = np.fft.rfft(white)
+        freqs = np.fft.rfftfreq(n)
+        spectrum[1:] /= np.sqrt(freqs[1:] / freqs[1])
+        spectrum[0] = 0.0
+        white = np.fft.irfft(spectrum, n)
+    rms = float(np.sqrt((white**2).mean())) or 1.0
+    return (white / rms).astype(np.float32)
+
+
+def add_noise(samples: np.ndarray, snr_db: float, kind: str = "pink", seed: int = 0,
+              speech_dbfs: float = SPEECH_LEVEL_DBFS) -> np.ndarray:
+    """`samples` with steady noise added over their whole length, `snr_db` below speech at `speech_dbfs` RMS.
+
+    The noise runs through the silences too (a room does not go quiet between commands), so endpointing hears it.
+    """
+    noise_rms = 10 ** ((speech_dbfs - snr_db) / 20)
+    return (samples + noise_rms * noise(samples.size, kind, seed)).astype(np.float32)

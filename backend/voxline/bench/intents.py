@@ -1,6 +1,7 @@
-"""`voxline bench intents`: zero-round-trip intent latency, end of speech → `voxline:intent`, per source.
+"""`voxline bench intents`: zero-round-trip intent latency, end of speech → `voxline:intent`, per source; and, with
+`--set FILE`, accuracy on a held-out evaluation set (`run_set`, below).
 
-Each configuration hears the commands twice in one page: the first pass resolves them with the grammar engine
+Without `--set`, each configuration hears the commands twice in one page: the first pass resolves them with the grammar engine
 (`local`), the second from the IndexedDB cache (`cache`). The baseline configuration ends every turn after 800 ms
 of silence (pipecat's default `stop_secs`), without smart-turn and without early dispatch. Also measured: match
 time of the engine in CPython and in Pyodide, and the cache lookup.
@@ -11,8 +12,11 @@ from __future__ import annotations
 import json
 import time
 import timeit
+from dataclasses import dataclass
+from pathlib import Path
 
-from voxline.bench.spoken import match, render, run_configs
+from voxline.bench import audio as test_audio
+from voxline.bench.spoken import VOICES, Config, Page, match, render, render_voice, run_configs, run_pages
 from voxline.bench.stats import ratio, summary
 
 COMMANDS = [
@@ -107,6 +111,345 @@ def _browser_match_times(llm: str) -> dict:
             "cache_peek_ms": summary(out["peek"])}
 
 
+
+
+# --- `--set FILE`: accuracy, out-of-domain false accepts, sources and latency on a held-out set. ---
+# The set's format is described in voxline/bench/sets/README.md. Synthetic voices: a proxy for real speakers.
+
+DEFAULT_SET = Path(__file__).parent / "sets" / "commands-en.jsonl"
+KINDS = ("command", "one-word", "ood")
+SOURCES = ("cache", "local", "server", "none")
+ON_DEVICE_SOURCES = ("cache", "local")
+SET_CONFIGS = [
+    Config("voxline"),
+    # Today's design: the free decode's word confidence decides, and the server has no intent classifier (only its
+    # grammar, then the LLM chats). The page setting and the server field are named here and nowhere else.
+    Config("baseline", query="&vx.grammarDecode=0", server={"intent_classifier": "off"}),
+]
+DEFAULT_SET_VOICES = ("espeak-gb", "espeak-us-f3-slow", "hibari-1")
+DEFAULT_NOISE_SNR_DB = 10.0
+NOISE_KIND = "pink"
+PAGE_UTTERANCES = 24  # one Chromium run stays around two minutes
+SET_GAP_S = 2.75  # silence after each utterance: the turn ends, the server answers, before the next one starts
+SET_TAIL_S = 3.0
+SET_SEED = 13
+QUERY_FILLER_WORDS = frozenset(
+    "a an the some any me us my our your please now music songs song track tracks tunes by from of little bit "
+    "something".split())
+"""Words dropped from both sides before free text (`query`) is compared: they carry no content, so the grammar may
+keep them or not. A query left with no word counts as no query ("play some music")."""
+
+
+@dataclass(frozen=True)
+class SetItem:
+    """One line of an evaluation set."""
+
+    text: str
+    intent: str | None
+    """None: out of domain, nothing may act on it."""
+    slots: dict
+    kind: str
+    also_accept: tuple[str, ...] = ()
+    """Other intents the same words honestly name ("stop")."""
+
+    def accepts(self, intent: str | None) -> bool:
+        return intent == self.intent or (intent is not None and intent in self.also_accept)
+
+
+class SetFormatError(ValueError):
+    """Raised when an evaluation set file is malformed (the message names the line)."""
+
+
+def load_set(path: Path) -> list[SetItem]:
+    items = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise SetFormatError(f"{path}:{number}: not JSON ({error.msg})") from None
+        where = f"{path}:{number}"
+        if not isinstance(row, dict) or set(row) - {"text", "intent", "slots", "kind", "also_accept"}:
+            raise SetFormatError(f"{where}: expected an object with text, intent, slots, kind (and also_accept)")
+        if not isinstance(row.get("text"), str) or not row["text"].strip():
+            raise SetFormatError(f"{where}: text must be a non-empty string")
+        if row.get("kind") not in KINDS:
+            raise SetFormatError(f"{where}: kind must be one of {', '.join(KINDS)}")
+        if not (row.get("intent") is None or isinstance(row["intent"], str)):
+            raise SetFormatError(f"{where}: intent must be a string or null")
+        if (row["kind"] == "ood") != (row["intent"] is None):
+            raise SetFormatError(f"{where}: intent must be null exactly when kind is ood")
+        if not isinstance(row.get("slots", {}), dict):
+            raise SetFormatError(f"{where}: slots must be an object")
+        also = row.get("also_accept", [])
+        if not isinstance(also, list) or not all(isinstance(a, str) for a in also):
+            raise SetFormatError(f"{where}: also_accept must be a list of intent names")
+        items.append(SetItem(row["text"], row["intent"], dict(row.get("slots", {})), row["kind"], tuple(also)))
+    return items
+
+
+def limit_items(items: list[SetItem], limit: int | None) -> list[SetItem]:
+    """`limit` items spread evenly over the file (which is grouped by intent and kind), so every part is sampled."""
+    if limit is None or limit >= len(items):
+        return list(items)
+    if limit < 1:
+        raise ValueError("--limit must be at least 1")
+    return [items[i * len(items) // limit] for i in range(limit)]
+
+
+def _query_words(value: object) -> list[str]:
+    from voxline.intents import normalize
+
+    return [w for w in normalize(str(value)).split(" ") if w and w not in QUERY_FILLER_WORDS]
+
+
+def slots_match(expected: dict, got: dict) -> bool:
+    """Whether the slots an intent came with are the ones expected: numbers and value names equal, free text
+    (`query`) equal in its content words; a slot that is absent on one side must be absent (or empty) on the other."""
+    for name in set(expected) | set(got):
+        want, have = expected.get(name), got.get(name)
+        if name == "query":
+            if _query_words(want or "") != _query_words(have or ""):
+                return False
+        elif isinstance(want, (int, float)) and not isinstance(want, bool):
+            if not isinstance(have, (int, float)) or isinstance(have, bool) or float(have) != float(want):
+                return False
+        elif want != have:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """One item as heard in one page: where its speech sits and until when an answer counts as its own."""
+
+    item: SetItem
+    voice: str
+    condition: str
+    """`clean` or `noisy`."""
+    first_pass: bool
+    """False for the second hearing of a command in the same page (the learned cache is measured there)."""
+    start_s: float
+    end_s: float
+    until_s: float
+
+
+def score(spoken: Spoken, events: list[dict]) -> dict:
+    """The outcome of one utterance from the page's events: the first `voxline:intent` heard between the start of
+    its speech and the start of the next utterance is what the device acted on."""
+    item = spoken.item
+    intent = next((e for e in events if e["name"] == "intent" and spoken.start_s <= e["audio_t"] < spoken.until_s),
+                  None)
+    finals = [e for e in events if e["name"] == "transcript" and e.get("final")
+              and spoken.start_s <= e["audio_t"] < spoken.until_s]
+    replied = any(e["name"] == "reply" and spoken.start_s <= e["audio_t"] < spoken.until_s for e in events)
+    got = intent["intent"] if intent else None
+    got_slots = dict(intent.get("slots") or {}) if intent else {}
+    intent_ok = item.accepts(got)
+    return {
+        "text": item.text, "kind": item.kind, "voice": spoken.voice, "condition": spoken.condition,
+        "pass": "first" if spoken.first_pass else "second",
+        "expected": item.intent, "expected_slots": item.slots, "got": got, "got_slots": got_slots,
+        "source": intent.get("source", "none") if intent else "none",
+        "eos_to_intent_ms": round(1000 * (intent["audio_t"] - spoken.end_s), 1) if intent else None,
+        "heard": finals[0]["text"] if finals else None, "replied": replied,
+        "intent_ok": intent_ok, "slots_ok": intent_ok and (got is None or slots_match(item.slots, got_slots)),
+    }
+
+
+def _rate(hits: int, n: int) -> float | None:
+    return round(hits / n, 4) if n else None
+
+
+def figures(outcomes: list[dict]) -> dict:
+    """Accuracy, false accepts, on-device share, sources and latency per source over some outcomes."""
+    commands = [o for o in outcomes if o["kind"] == "command"]
+    one_word = [o for o in outcomes if o["kind"] == "one-word"]
+    ood = [o for o in outcomes if o["kind"] == "ood"]
+    asked = commands + one_word
+    latency: dict[str, list[float]] = {}
+    for o in asked:
+        if o["eos_to_intent_ms"] is not None and o["intent_ok"]:
+            latency.setdefault(o["source"], []).append(o["eos_to_intent_ms"])
+    false_accepts = sum(o["got"] is not None for o in ood)
+    return {
+        "commands": {"n": len(commands), "intent_accuracy": _rate(sum(o["intent_ok"] for o in commands), len(commands)),
+                     "intent_slots_accuracy": _rate(sum(o["slots_ok"] for o in commands), len(commands))},
+        "one_word": {"n": len(one_word), "intent_accuracy": _rate(sum(o["intent_ok"] for o in one_word), len(one_word)),
+                     "on_device": _rate(sum(o["source"] in ON_DEVICE_SOURCES for o in one_word), len(one_word)),
+                     "on_device_and_right": _rate(sum(o["source"] in ON_DEVICE_SOURCES and o["intent_ok"]
+                                                      for o in one_word), len(one_word))},
+        "ood": {"n": len(ood), "false_accepts": false_accepts, "false_accept_rate": _rate(false_accepts, len(ood))},
+        "sources": {s: sum(o["source"] == s for o in asked) for s in SOURCES},
+        "eos_to_intent_ms": {s: summary(latency[s]) for s in SOURCES if s in latency},
+    }
+
+
+def set_report(outcomes_by_config: dict[str, list[dict]]) -> dict:
+    """Per configuration: figures over the first hearing, per condition, per voice and condition, and over the
+    second hearing (the learned cache) when there was one; then ratios of local latency against the baseline."""
+    report: dict = {}
+    for name, outcomes in outcomes_by_config.items():
+        first = [o for o in outcomes if o["pass"] == "first"]
+        second = [o for o in outcomes if o["pass"] == "second"]
+        entry = figures(first)
+        entry["by_condition"] = {c: figures([o for o in first if o["condition"] == c])
+                                 for c in sorted({o["condition"] for o in first})}
+        entry["by_voice"] = {f"{v}/{c}": _short(figures([o for o in first if (o["voice"], o["condition"]) == (v, c)]))
+                             for v, c in sorted({(o["voice"], o["condition"]) for o in first})}
+        if second:
+            entry["second_hearing"] = figures(second)
+        report[name] = entry
+    names = list(outcomes_by_config)
+    if len(names) == 2:
+        ours, base = (report[n]["eos_to_intent_ms"].get("local", {}) for n in names)
+        report["local_latency_ratio"] = {"of": f"{names[0]} / {names[1]}", "p50": ratio(ours, base),
+                                         "p95": ratio(ours, base, "p95")}
+    return report
+
+
+def _short(f: dict) -> dict:
+    return {"commands_intent": f["commands"]["intent_accuracy"], "commands_intent_slots": f["commands"]["intent_slots_accuracy"],
+            "one_word_on_device": f["one_word"]["on_device"], "ood_false_accepts": f["ood"]["false_accepts"],
+            "n": f["commands"]["n"] + f["one_word"]["n"] + f["ood"]["n"]}
+
+
+def error_lines(outcomes: list[dict]) -> list[str]:
+    """One plain line per wrong outcome: config, voice/condition, what was said, expected, got, source, heard."""
+    lines = []
+    for o in outcomes:
+        if o["slots_ok"]:
+            continue
+        want = f"{o['expected']} {json.dumps(o['expected_slots'])}" if o["expected"] else "nothing (out of domain)"
+        got = f"{o['got']} {json.dumps(o['got_slots'])}" if o["got"] else "nothing"
+        lines.append(f"{o['config']}\t{o['voice']}/{o['condition']}\t{o['pass']}\t{o['text']!r}\texpected {want}\t"
+                     f"got {got}\tsource {o['source']}\theard {o['heard']!r}" + ("\t(chat reply)" if o["replied"] else ""))
+    return lines
+
+
+def build_pages(items: list[SetItem], voices: list[str], noise_snr_db: float | None, folder: Path,
+                second_hearing: bool = False) -> tuple[list[Page], dict[tuple[str, int], Spoken]]:
+    """Render every item in every voice (and a noisy copy of each page when `noise_snr_db` is set) into page WAVs
+    of PAGE_UTTERANCES utterances in a seeded order. Returns the pages and, per (page label, clip index), what
+    was spoken there."""
+    import random
+
+    order = list(items)
+    random.Random(SET_SEED).shuffle(order)
+    chunks = [order[i:i + PAGE_UTTERANCES] for i in range(0, len(order), PAGE_UTTERANCES)]
+    conditions = ["clean"] + (["noisy"] if noise_snr_db is not None else [])
+    pages, spoken = [], {}
+    for voice_name in voices:
+        voice = VOICES[voice_name]
+        for number, chunk in enumerate(chunks):
+            heard = [(item, True) for item in chunk]
+            if second_hearing:
+                heard += [(item, False) for item in chunk if item.kind != "ood"]
+            clips = [(item.text, render_voice(item.text, voice)) for item, _ in heard]
+            clean, placed = test_audio.compose(clips, lead_s=ENGINE_START_S, gap_s=SET_GAP_S, tail_s=SET_TAIL_S,
+                                               seed=number)
+            for condition in conditions:
+                label = f"{voice_name}/{condition}/{number}"
+                samples = clean if condition == "clean" else test_audio.add_noise(
+                    clean, noise_snr_db, NOISE_KIND, seed=SET_SEED + number)
+                wav = test_audio.write_wav(folder / f"{label.replace('/', '-')}.wav", samples)
+                pages.append(Page(label, wav, len(samples) / test_audio.RATE, placed))
+                for index, ((item, first), where) in enumerate(zip(heard, placed)):
+                    until = placed[index + 1].start_s if index + 1 < len(placed) else where.end_s + SET_GAP_S
+                    spoken[(label, index)] = Spoken(item, voice_name, condition, first, where.start_s, where.end_s,
+                                                    until)
+    return pages, spoken
+
+
+def missing_baseline_settings() -> list[str]:
+    """The baseline's page and server settings this checkout does not have yet (they are then left out)."""
+    from dataclasses import fields
+
+    from voxline.config import Settings
+
+    missing = []
+    known = {f.name for f in fields(Settings)}
+    page_settings = (Settings().web_dir / "voxline" / "settings.js").read_text(encoding="utf-8")
+    for config in SET_CONFIGS:
+        missing += [f"server:{k}" for k in config.server if k not in known]
+        for part in filter(None, config.query.split("&")):
+            name = part.split("=")[0].removeprefix("vx.")
+            if f"{name}:" not in page_settings:
+                missing.append(f"page:{name}")
+    return missing
+
+
+def _configs_available(missing: list[str]) -> list[Config]:
+    out = []
+    for c in SET_CONFIGS:
+        server = {k: v for k, v in c.server.items() if f"server:{k}" not in missing}
+        query = "".join(f"&{p}" for p in filter(None, c.query.split("&"))
+                        if f"page:{p.split('=')[0].removeprefix('vx.')}" not in missing)
+        out.append(Config(c.name, query, server))
+    return out
+
+
+def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds: int = 1, llm: str | None = None,
+            limit: int | None = None, second_hearing: bool = False, progress=None) -> tuple[dict, list[dict]]:
+    """Play the set through the demo page in Chromium for each configuration; return the report and every outcome."""
+    import tempfile
+
+    from voxline.config import Settings
+
+    unknown = [v for v in voices if v not in VOICES]
+    if unknown:
+        raise ValueError(f"unknown voice(s) {', '.join(unknown)}; have {', '.join(VOICES)}")
+    started = time.monotonic()
+    items = limit_items(load_set(path), limit)
+    missing = missing_baseline_settings()
+    configs = _configs_available(missing)
+    outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        pages, spoken = build_pages(items, voices, noise_snr_db, Path(tmp), second_hearing)
+
+        def on_page(config: str, page: Page, events: list[dict]) -> None:
+            for index in range(len(page.placed)):
+                outcomes[config].append(score(spoken[(page.label, index)], events) | {"config": config})
+            if progress is not None:
+                progress(f"{config} {page.label}: {len(page.placed)} utterances heard")
+
+        run_pages(pages, configs, rounds, llm=llm, on_page=on_page)
+    report = {
+        "benchmark": "intents --set", "set": str(path), "items": len(items),
+        "kinds": {k: sum(i.kind == k for i in items) for k in KINDS},
+        "voices": list(voices), "noise": (f"{NOISE_KIND} noise at {noise_snr_db:g} dB SNR (speech levelled to "
+                                          f"{test_audio.SPEECH_LEVEL_DBFS:g} dBFS RMS), through the gaps too"
+                                          if noise_snr_db is not None else None),
+        "speech": "synthetic voices (espeak-ng, hibari): a proxy for real speakers",
+        "rounds": rounds, "llm": llm or Settings().llm_model, "pages": len(pages),
+        "configs": {c.name: {"page_query": c.query, "server": c.server} for c in configs},
+        "baseline_settings_missing": missing,
+    } | set_report(outcomes)
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    return report, [o for name in outcomes for o in outcomes[name]]
+
+
 def main(args) -> int:
-    print(json.dumps(run(rounds=args.rounds), indent=1))
+    if getattr(args, "set", None) is None:
+        print(json.dumps(run(rounds=args.rounds), indent=1))
+        return 0
+    import sys
+
+    voices = [v for part in args.voices for v in part.split(",") if v] if args.voices else list(DEFAULT_SET_VOICES)
+    try:
+        report, outcomes = run_set(args.set, voices=voices, noise_snr_db=args.noise_snr_db, rounds=args.rounds,
+                                   llm=args.llm, limit=args.limit, second_hearing=args.second_hearing,
+                                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except (SetFormatError, ValueError, FileNotFoundError) as error:
+        print(f"voxline bench intents: {error}", file=sys.stderr)
+        return 2
+    errors = error_lines(outcomes)
+    print(json.dumps(report, indent=1))
+    print(f"\n{len(errors)} wrong of {len(outcomes)} (config, voice/condition, hearing, said, expected, got, source, "
+          "heard):", file=sys.stderr)
+    print("\n".join(errors), file=sys.stderr)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(report | {"outcomes": outcomes}, indent=1) + "\n")
+        Path(args.json_out).with_suffix(".errors.txt").write_text("\n".join(errors) + "\n")
     return 0

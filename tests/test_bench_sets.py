@@ -1,0 +1,120 @@
+"""The held-out evaluation set is well formed. Types and ranges only: the matcher is never run on it (no tuning)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from voxline.bench.intents import DEFAULT_SET, SetFormatError, load_set
+from voxline.intents import builtin_grammar
+from voxline.intents.expression import SlotRef
+from voxline.intents.slots import DurationRange, NumberRange, ValueList, Wildcard
+
+DEFAULT_INTENTS = {
+    "media.play", "media.pause", "media.resume", "media.stop", "media.next", "media.previous", "media.volume_up",
+    "media.volume_down", "media.volume_set", "media.mute", "media.unmute", "timer.set", "timer.cancel", "clock.time",
+    "lights.on", "lights.off", "assistant.stop",
+}  # DESIGN.md's default skill pack
+MIN_COMMANDS, MIN_ONE_WORD, MIN_OOD = 200, 20, 100
+MIN_COMMANDS_PER_INTENT = 8
+
+
+@pytest.fixture(scope="module")
+def items():
+    return load_set(DEFAULT_SET)
+
+
+@pytest.fixture(scope="module")
+def slot_lists():
+    """Per default intent, each slot's list in the English grammar (read from the compiled grammar's slot
+    references; the sentences themselves are not looked at)."""
+    grammar = builtin_grammar().language("en")
+    found: dict[str, dict[str, object]] = {}
+    for name, intent in grammar.intents.items():
+        lists = found.setdefault(name, {})
+        for template in intent.templates:
+            for expansion in template.expansions:
+                for element in expansion:
+                    if isinstance(element, SlotRef):
+                        lists[element.name] = grammar.lists[element.list_name]
+    return found
+
+
+def test_counts_by_kind(items):
+    kinds = Counter(item.kind for item in items)
+    assert kinds["command"] >= MIN_COMMANDS
+    assert kinds["one-word"] >= MIN_ONE_WORD
+    assert kinds["ood"] >= MIN_OOD
+
+
+def test_every_default_intent_is_asked_for_several_ways(items):
+    per_intent = Counter(item.intent for item in items if item.kind == "command")
+    assert set(per_intent) == DEFAULT_INTENTS
+    assert min(per_intent.values()) >= MIN_COMMANDS_PER_INTENT, per_intent
+
+
+def test_texts_are_unique(items):
+    texts = Counter(item.text.lower() for item in items)
+    assert [t for t, n in texts.items() if n > 1] == []
+
+
+def test_one_word_commands_are_one_word(items):
+    for item in items:
+        if item.kind == "one-word":
+            assert len(item.text.split()) == 1, item.text
+
+
+def test_out_of_domain_items_expect_nothing(items):
+    for item in items:
+        if item.kind == "ood":
+            assert item.intent is None and item.slots == {} and item.also_accept == (), item.text
+
+
+def test_intents_and_alternatives_are_default_intents(items):
+    for item in items:
+        if item.intent is not None:
+            assert item.intent in DEFAULT_INTENTS, item.text
+            assert set(item.also_accept) <= DEFAULT_INTENTS - {item.intent}, item.text
+
+
+def test_slot_values_have_the_grammars_types(items, slot_lists):
+    for item in items:
+        if item.intent is None:
+            continue
+        lists = slot_lists[item.intent]
+        assert set(item.slots) <= set(lists), f"{item.text!r}: slots {sorted(item.slots)} not among {sorted(lists)}"
+        for name, value in item.slots.items():
+            kind = lists[name]
+            if isinstance(kind, ValueList):
+                assert value in {v.value for v in kind.values}, f"{item.text!r}: {name}={value!r}"
+            elif isinstance(kind, (NumberRange, DurationRange)):
+                assert isinstance(value, int) and not isinstance(value, bool), f"{item.text!r}: {name}={value!r}"
+                assert kind.min <= value <= kind.max, f"{item.text!r}: {name}={value!r}"
+            elif isinstance(kind, Wildcard):
+                assert isinstance(value, str) and value == value.lower() and value.strip(), f"{item.text!r}"
+            else:
+                pytest.fail(f"unknown slot list kind {kind!r}")
+
+
+def test_required_slots_are_given(items):
+    grammar = builtin_grammar().language("en")
+    for item in items:
+        if item.kind == "command":
+            assert grammar.intents[item.intent].requires <= set(item.slots), item.text
+
+
+@pytest.mark.parametrize("line, complaint", [
+    ('{"text": "hi", "intent": "clock.time", "slots": {}, "kind": "ood"}', "null exactly when kind is ood"),
+    ('{"text": "", "intent": null, "slots": {}, "kind": "ood"}', "non-empty"),
+    ('{"text": "hi", "intent": null, "slots": {}, "kind": "chat"}', "kind must be one of"),
+    ('{"text": "hi", "intent": null, "slots": [], "kind": "ood"}', "slots must be an object"),
+    ('{"text": "hi", "intent": null, "kind": "ood", "extra": 1}', "expected an object"),
+    ('not json', "not JSON"),
+])
+def test_a_malformed_line_is_refused_with_its_line_number(tmp_path, line, complaint):
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"text": "ok", "intent": null, "slots": {}, "kind": "ood"}\n' + line + "\n")
+    with pytest.raises(SetFormatError, match=complaint) as error:
+        load_set(path)
+    assert f"{path}:2" in str(error.value)
