@@ -4,6 +4,7 @@
 import { loadOrt, createSession } from './ort.js';
 import { SampleRing } from './ring.js';
 import { Whisper } from './whisper.js';
+import { CommandGraph } from './grammar-decode.js';
 
 let whisper, ring, settings;
 /** @type {{id: number, final: boolean}|null} */
@@ -18,6 +19,7 @@ self.onmessage = async (event) => {
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'decode') enqueue(msg);
     else if (msg.type === 'cancel') cancel(msg.id);
+    else if (msg.type === 'lexicon') whisper.setGraph(msg.lexicon ? new CommandGraph(msg.lexicon) : null);
   } catch (error) {
     self.postMessage({ type: 'error', code: 'asr_failed', message: `Speech recognition failed: ${error.message}` });
   }

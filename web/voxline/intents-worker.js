@@ -4,9 +4,11 @@
 //
 // Messages in:   {type: 'recognize', id, text, lang = 'en'}
 //                {type: 'extend', id, documents}   user skill documents (source dicts, or compiled grammars)
+//                {type: 'lexicon', id, lang = 'en'}  the grammar as a word graph for the recogniser (lexicon.py)
 // Messages out:  {type: 'ready', grammar_version, load_ms, timings}              once, when it can answer
 //                {type: 'result', id, match, prefix, ms}                         match: Match.to_dict() or null
 //                {type: 'extended', id, grammar_version}
+//                {type: 'lexicon', id, lexicon}                                  voxline.intents.lexicon's layout
 //                {type: 'error', code, message}        without id: loading failed, nothing will be answered
 //                {type: 'error', id, code, message}    with id: that request failed, the engine lives on
 // Requests sent before 'ready' wait for it (or get the load error).
@@ -35,6 +37,7 @@ class EngineError extends Error {
 const GLUE = `
 import json
 from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, is_prefix, recognize
+from voxline.intents.lexicon import decoding_lexicon
 
 _grammar = builtin_grammar()
 _user_documents = []
@@ -58,6 +61,12 @@ def vx_recognize(text, lang):
     except GrammarError as error:
         return json.dumps({"error": {"code": error.code, "message": error.message}})
     return json.dumps({"match": None if match is None else match.to_dict(), "prefix": prefix})
+
+def vx_lexicon(lang):
+    try:
+        return json.dumps({"lexicon": decoding_lexicon(_grammar, lang)}, separators=(",", ":"))
+    except GrammarError as error:
+        return json.dumps({"error": {"code": error.code, "message": error.message}})
 
 def vx_extend(documents_json):
     global _grammar
@@ -89,6 +98,7 @@ self.onmessage = async (event) => {
   try {
     if (msg.type === 'recognize') recognizeOne(py, msg);
     else if (msg.type === 'extend') extend(py, msg);
+    else if (msg.type === 'lexicon') lexicon(py, msg);
     else throw new EngineError(ERROR_CODES.badRequest, `unknown message type ${JSON.stringify(msg.type)}`);
   } catch (error) {
     post({ type: 'error', id: msg.id, code: error.code ?? ERROR_CODES.engineFailed, message: `The intent engine failed: ${lastLine(error.message)}` });
@@ -115,6 +125,7 @@ async function load() {
   const py = {
     recognize: pyodide.globals.get('vx_recognize'),
     extend: pyodide.globals.get('vx_extend'),
+    lexicon: pyodide.globals.get('vx_lexicon'),
     version: pyodide.globals.get('vx_version'),
   };
   const version = py.version();
@@ -186,6 +197,12 @@ function extend(py, msg) {
   const answer = JSON.parse(py.extend(JSON.stringify(msg.documents)));
   if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
   post({ type: 'extended', id: msg.id, grammar_version: answer.grammar_version });
+}
+
+function lexicon(py, msg) {
+  const answer = JSON.parse(py.lexicon(msg.lang ?? 'en'));
+  if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
+  post({ type: 'lexicon', id: msg.id, lexicon: answer.lexicon });
 }
 
 /** A Python traceback's last line says what went wrong; the rest is noise in a page's error message. */

@@ -43,6 +43,7 @@ export class IntentResolver {
   /** Set once the engine answered 'ready'. */
   #ready = false;
   /** @type {EngineFailure|null} */ #failure = null;
+  /** @type {(() => void)[]} */ #grammarListeners = [];
 
   /**
    * Open the cache and start the engine in the background.
@@ -138,6 +139,20 @@ export class IntentResolver {
   }
 
   /**
+   * The grammar of `lang` as the word graph grammar-aware decoding walks (`voxline.intents.lexicon`).
+   * @returns {Promise<import('./grammar-decode.js').Lexicon>}
+   */
+  async lexicon(lang = this.#lang) {
+    if (!this.#ready) throw new Error('the intent engine has not loaded yet');
+    return (await this.#request({ type: 'lexicon', lang }, EXTEND_TIMEOUT_MS)).lexicon;
+  }
+
+  /** Call `listener()` whenever the grammar changes (extend); the engine's first start is `onReady`. */
+  onGrammarChange(listener) {
+    this.#grammarListeners.push(listener);
+  }
+
+  /**
    * Add user skill documents (source dicts as a YAML file parses, or compiled grammars) to the engine's grammar.
    * The grammar version changes, and with it the cache empties.
    * @param {object[]} documents
@@ -147,6 +162,7 @@ export class IntentResolver {
     if (!this.#ready) throw new Error('the intent engine has not loaded yet');
     const reply = await this.#request({ type: 'extend', documents }, EXTEND_TIMEOUT_MS);
     await this.cache.setGrammarVersion(reply.grammar_version);
+    for (const listener of this.#grammarListeners) listener();
     return reply.grammar_version;
   }
 

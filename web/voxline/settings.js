@@ -46,6 +46,14 @@ export const DEFAULTS = Object.freeze({
   /** Grammar-aware decoding: beside the free decode, a decode constrained to the grammar's sentences gives the
    * command reading and its command confidence (off: the free transcript and its word confidence decide). */
   grammarDecode: true,
+  /** A command reading whose log-likelihood is more than this below the free transcript's is no reading at all. */
+  grammarMaxMarginNats: 6,
+  /** Hypotheses the grammar-constrained search keeps per step (each costs one decoder step). */
+  grammarBeam: 3,
+  /** Decoder steps the constrained search may spend beyond the free decode, at most. */
+  grammarMaxSteps: 24,
+  /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. */
+  commandMinConfidence: 0.5,
   /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
   earlyIntentMinConfidence: 0.75,
   /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */

@@ -122,7 +122,8 @@ export class Voxline {
         opus: vadInfo.opus,
         phases,
       });
-      this.intents?.startEngine();
+      this.intents?.startEngine(() => this.#sendLexicon());
+      this.intents?.onGrammarChange(() => this.#sendLexicon());
       return this.ready;
     } catch (error) {
       this.#fail(error.code ?? 'load_failed', error.message);
@@ -161,6 +162,13 @@ export class Voxline {
 
   #fail(code, message, turnId = undefined) {
     this.events.emit(EVENTS.error, { code, message, ...(turnId === undefined ? {} : { turn_id: turnId }) });
+  }
+
+  /** Give the recogniser the grammar's word graph, for command readings (grammar-aware decoding). */
+  #sendLexicon() {
+    if (!this.settings.grammarDecode || !this.intents) return;
+    this.intents.lexicon().then((lexicon) => this.asrWorker.postMessage({ type: 'lexicon', lexicon }))
+      .catch((error) => this.#fail('grammar_decode_unavailable', `Commands are recognised without the grammar's help: its word graph could not be built (${error.message}).`));
   }
 
   /** Ask the ASR worker for a decode of [start, end); the answer comes back to `turn` by request id. */
@@ -260,11 +268,13 @@ export class Voxline {
     const rate = this.settings.sampleRate;
     this.events.emit(EVENTS.transcript, {
       text: result.text, final: true, confidence: result.confidence,
+      command: result.command && { text: result.command.text, confidence: result.command.confidence,
+        margin: result.command.margin, constrained: result.command.constrained },
       start_t: turn.voicedAt / rate, end_t: turn.end / rate,
-      timings: { encode_ms: result.encodeMs, total_ms: result.totalMs, queued_ms: result.queuedMs,
-        window_s: result.windowSecs, guard: result.guard },
+      timings: { encode_ms: result.encodeMs, decode_ms: result.decodeMs, command_ms: result.command?.ms,
+        total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard },
     });
-    if (!turn.dispatched) this.#finalIntent(turn, result.text, result.confidence);
+    if (!turn.dispatched) this.#finalIntent(turn, result);
   }
 
   #dispatch(turn, source, text, confidence, intent, extra = {}) {
@@ -275,24 +285,44 @@ export class Voxline {
     });
   }
 
+  /**
+   * What a decode says the command is: its command reading when that is confident (grammar-aware decoding), else
+   * the free transcript with its word confidence. `gate` is the confidence the reading must reach.
+   */
+  #commandText(result, gate) {
+    const reading = result.command;
+    if (reading && reading.confidence >= Math.max(gate, this.settings.commandMinConfidence)) {
+      return { text: reading.text, confidence: reading.confidence };
+    }
+    return { text: result.text, confidence: result.confidence };
+  }
+
   /** Semantic endpointing: a confident partial that is a complete command acts before the turn is over. */
   async #earlyIntent(turn, partial) {
     if (!this.intents || turn.dispatched) return;
-    const result = await this.intents.recognize(partial.text).catch(() => null);
+    const { text, confidence } = this.#commandText(partial, this.settings.earlyIntentMinConfidence);
+    if (confidence < this.settings.earlyIntentMinConfidence) return;
+    const result = await this.intents.recognize(text).catch(() => null);
     const stale = turn.final && turn.final.id !== partial.id; // a periodic partial overtaken by the pause's decode
     if (turn.dispatched || stale || !isCompleteCommand(result)) return;
-    const cached = this.intents.peek(partial.text);
-    this.#dispatch(turn, cached ? 'cache' : 'local', partial.text, partial.confidence, cached ?? result.match, { early: true });
-    if (!cached) this.intents.remember(partial.text, result.match, 'local');
+    const cached = this.intents.peek(text);
+    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, cached ?? result.match, { early: true });
+    if (!cached) this.intents.remember(text, result.match, 'local');
   }
 
-  /** The zero-round-trip path for a final transcript: cache, then the local grammar; else the server's turn. */
-  async #finalIntent(turn, text, confidence) {
-    if (!this.intents || confidence < this.settings.localIntentMinConfidence) return this.#serverTurn(turn, text, confidence);
-    const cached = this.intents.peek(text);
+  /**
+   * The zero-round-trip path for a final transcript: the command reading (or the free transcript) in the cache,
+   * then in the local grammar; else the server's turn, with the free transcript (a question is not a command).
+   */
+  async #finalIntent(turn, decoded) {
+    const { text, confidence } = this.#commandText(decoded, this.settings.localIntentMinConfidence);
+    if (!this.intents || confidence < this.settings.localIntentMinConfidence) {
+      return this.#serverTurn(turn, decoded.text, decoded.confidence);
+    }
+    const cached = this.intents.peek(text) ?? (text === decoded.text ? null : this.intents.peek(decoded.text));
     if (cached) return this.#dispatch(turn, 'cache', text, confidence, cached);
     const result = await this.intents.recognize(text).catch(() => null);
-    if (!result?.match) return this.#serverTurn(turn, text, confidence);
+    if (!result?.match) return this.#serverTurn(turn, decoded.text, decoded.confidence);
     this.#dispatch(turn, 'local', text, confidence, result.match);
     this.intents.remember(text, result.match, 'local');
   }

@@ -7,8 +7,20 @@
 // whether a command ends in "." or nothing, which says nothing about the words. A decode cut short by a guard
 // (repetition loop or token budget) has its confidence halved: its text is suspect, and the local intent gate
 // should send it to the server.
+//
+// Command reading (grammar-aware decoding, when a `CommandGraph` is set): beside the free transcript, the most
+// likely reading that is a sentence of the grammar. Where the free transcript already is one, it is the reading
+// and costs nothing more. Otherwise the decode is continued from the first token the grammar refuses, greedily
+// among the tokens it allows, from the decoder state saved at that step; it is given up once its log-likelihood
+// falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only falls as
+// tokens are added, so giving up early never loses a reading within the margin). Its command confidence is the
+// geometric mean, over its word tokens, of the probability of every token spelling the same word (" Stop",
+// "stop", " STOP" count together), so case and spacing variants do not dilute it as they dilute word confidence.
+import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
+/** Candidate tokens kept per decoder step: the alternatives a command reading may take at that step. */
+export const TOP_CANDIDATES = 16;
 const HAS_WORD = /[\p{L}\p{N}]/u;
 
 /** GPT-2's byte-level alphabet: printable bytes map to themselves, the others to U+0100 onwards. */
@@ -73,6 +85,34 @@ export class Whisper {
     this.tokenizer = new WhisperTokenizer(table);
     this.suppress = Int32Array.from(table.suppress_ids);
     this.suppressBegin = Int32Array.from(table.suppress_ids_begin);
+    /** @type {import('./grammar-decode.js').CommandGraph|null} */
+    this.graph = null;
+    /** @type {Map<number, string>} token id → its text (decoded once) */
+    this.texts = new Map();
+    /** @type {Map<number, string>} token id → its folded text */
+    this.folds = new Map();
+  }
+
+  /** Constrain command readings to `graph` (null: free decoding only). */
+  setGraph(graph) {
+    this.graph = graph;
+  }
+
+  /** The text of one token as it adds to a transcript (leading space kept; U+FFFD for a partial character). */
+  tokenText(id) {
+    let text = this.texts.get(id);
+    if (text === undefined) {
+      const bytes = [...this.tokenizer.tokens[id]].map((ch) => this.tokenizer.bytes.get(ch) ?? 63);
+      text = this.tokenizer.utf8.decode(new Uint8Array(bytes));
+      this.texts.set(id, text);
+    }
+    return text;
+  }
+
+  #fold(id) {
+    let folded = this.folds.get(id);
+    if (folded === undefined) this.folds.set(id, (folded = id >= this.tokenizer.firstSpecial ? '' : foldToken(this.tokenText(id))));
+    return folded;
   }
 
   /** Samples in the encoder window for `speechSamples` of audio. */
@@ -101,7 +141,23 @@ export class Whisper {
       Math.ceil((settings.tokensPerSec * audio.length) / this.dims.sample_rate) + settings.tokenSlack,
     );
     const result = await this.#decode(cross_k, cross_v, budget, cancelled);
-    return { ...result, encodeMs, totalMs: performance.now() - t0, windowSecs: window.length / this.dims.sample_rate };
+    if (result.cancelled) return result;
+    const { states, logprobs, eotLogprob, ...free } = result;
+    const decodedAt = performance.now();
+    const command = settings.grammarDecode && this.graph
+      ? await this.#commandReading({ ...free, logprobs, eotLogprob }, states, cross_k, cross_v, budget, settings, cancelled)
+      : null;
+    if (command?.cancelled) return command;
+    if (command) command.ms = performance.now() - decodedAt;
+    return { ...free, command, encodeMs, decodeMs: decodedAt - t0 - encodeMs, totalMs: performance.now() - t0,
+      windowSecs: window.length / this.dims.sample_rate };
+  }
+
+  async #step(input, pastK, pastV, crossK, crossV) {
+    return this.decoder.run({
+      tokens: new this.ort.Tensor('int64', BigInt64Array.from(input, BigInt), [1, input.length]),
+      past_k: pastK, past_v: pastV, cross_k: crossK, cross_v: crossV,
+    });
   }
 
   async #decode(crossK, crossV, budget, cancelled) {
@@ -112,17 +168,21 @@ export class Whisper {
     let input = this.table.prompt;
     const ids = [];
     const logprobs = [];
+    /** Per step: the decoder state after its input, and the candidates for the token it predicts. */
+    const steps = [];
     let guard = null;
+    let eotLogprob = null;
     for (let step = 0; ; step++) {
       if (cancelled()) return { cancelled: true };
-      const out = await this.decoder.run({
-        tokens: new this.ort.Tensor('int64', BigInt64Array.from(input, BigInt), [1, input.length]),
-        past_k: pastK, past_v: pastV, cross_k: crossK, cross_v: crossV,
-      });
+      const out = await this.#step(input, pastK, pastV, crossK, crossV);
       pastK = out.new_k;
       pastV = out.new_v;
-      const { id, logprob } = this.#pick(out.logits.data, step === 0);
-      if (id === this.tokenizer.eot) break;
+      const { id, logprob, top } = this.#pick(out.logits.data, step === 0);
+      steps.push({ pastK, pastV, top });
+      if (id === this.tokenizer.eot) {
+        eotLogprob = logprob;
+        break;
+      }
       ids.push(id);
       logprobs.push(logprob);
       const loopAt = repeatStart(ids);
@@ -141,18 +201,117 @@ export class Whisper {
     const words = logprobs.filter((_, i) => HAS_WORD.test(this.tokenizer.tokens[ids[i]]));
     const mean = words.length ? words.reduce((a, b) => a + b, 0) / words.length : -Infinity;
     const confidence = Math.exp(mean) * (guard ? 0.5 : 1);
-    return { text: this.tokenizer.decode(ids), ids, confidence, guard, steps: ids.length + 1 };
+    return { text: this.tokenizer.decode(ids), ids, confidence, guard, steps: ids.length + 1, logprobs, eotLogprob,
+      states: steps.slice(0, ids.length + 1) };
   }
 
-  /** Greedy choice after suppression, with the chosen token's log-probability. */
+  /**
+   * The grammar's most likely reading of the audio, or null when none is within the margin (see the header).
+   * @returns {Promise<{text: string, confidence: number, margin: number, constrained: boolean, steps: number}|
+   *   {cancelled: true}|null>}
+   */
+  async #commandReading(free, steps, crossK, crossV, budget, settings, cancelled) {
+    const graph = this.graph;
+    const eot = this.tokenizer.eot;
+    let state = graph.start();
+    let agreed = 0;
+    for (; agreed < free.ids.length; agreed++) {
+      const next = graph.feed(state, this.tokenText(free.ids[agreed]));
+      if (!next) break;
+      state = next;
+    }
+    const freeTotal = free.logprobs.reduce((a, b) => a + b, 0) + (free.eotLogprob ?? 0);
+    const ids = free.ids.slice(0, agreed);
+    const chosen = free.logprobs.slice(0, agreed);
+    const tops = steps.slice(0, agreed).map((s) => s.top);
+    if (agreed === free.ids.length && free.eotLogprob !== null && graph.complete(state)) {
+      return this.#reading(ids, chosen, tops, 0, false);
+    }
+    let floor = freeTotal - settings.grammarMaxMarginNats;
+    let root;
+    if (agreed < steps.length) {
+      root = { ...steps[agreed] };
+    } else { // the free decode stopped on a guard after this token: the step after it was never run
+      const out = await this.#step([ids[agreed - 1]], steps[agreed - 1].pastK, steps[agreed - 1].pastV, crossK, crossV);
+      root = { pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top };
+    }
+    // Best-first beam over the tokens the graph allows: a hypothesis's total only falls as it grows, so the best
+    // finished reading beats every unfinished one whose total is already below it.
+    let beam = [{ ids, chosen, tops, state, total: chosen.reduce((a, b) => a + b, 0), ...root }];
+    let best = null;
+    let runs = 0;
+    while (beam.length) {
+      const children = [];
+      for (const hyp of beam) {
+        for (const candidate of hyp.top) {
+          const total = hyp.total + candidate.logprob;
+          if (total < floor) break; // candidates are sorted: none after this one fits either
+          if (candidate.id === eot) {
+            if (!graph.complete(hyp.state)) continue;
+            if (!best || total > best.total) best = { ...hyp, total };
+            floor = Math.max(floor, total);
+            continue;
+          }
+          if (candidate.id > eot || hyp.ids.length >= budget) continue;
+          const next = graph.feed(hyp.state, this.tokenText(candidate.id));
+          if (next) children.push({ hyp, candidate, state: next, total });
+        }
+      }
+      children.sort((a, b) => b.total - a.total);
+      beam = [];
+      for (const child of children) {
+        if (beam.length >= settings.grammarBeam || child.total < floor) break;
+        if (runs >= settings.grammarMaxSteps) break;
+        if (cancelled()) return { cancelled: true };
+        const { hyp, candidate } = child;
+        const out = await this.#step([candidate.id], hyp.pastK, hyp.pastV, crossK, crossV);
+        runs++;
+        beam.push({ ids: [...hyp.ids, candidate.id], chosen: [...hyp.chosen, candidate.logprob],
+          tops: [...hyp.tops, hyp.top], state: child.state, total: child.total,
+          pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top });
+      }
+    }
+    return best && this.#reading(best.ids, best.chosen, best.tops, best.total - freeTotal, true, runs);
+  }
+
+  #reading(ids, logprobs, tops, margin, constrained, extraSteps = 0) {
+    let sum = 0, words = 0;
+    ids.forEach((id, i) => {
+      const word = this.#fold(id);
+      if (!word) return;
+      let mass = 0;
+      for (const c of tops[i]) if (this.#fold(c.id) === word) mass += Math.exp(c.logprob);
+      sum += Math.log(Math.max(mass, Math.exp(logprobs[i])));
+      words++;
+    });
+    const confidence = words ? Math.exp(sum / words) : 0;
+    return { text: this.tokenizer.decode(ids), confidence, margin, constrained, steps: extraSteps };
+  }
+
+  /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */
   #pick(logits, first) {
     for (const id of this.suppress) logits[id] = -Infinity;
     if (first) for (const id of this.suppressBegin) logits[id] = -Infinity;
-    let best = 0;
-    for (let i = 1; i < logits.length; i++) if (logits[i] > logits[best]) best = i;
+    // The TOP_CANDIDATES largest logits, kept sorted (descending) by insertion.
+    const topIds = [];
+    const topLogits = [];
+    for (let i = 0; i < logits.length; i++) {
+      const value = logits[i];
+      if (topIds.length === TOP_CANDIDATES && value <= topLogits[TOP_CANDIDATES - 1]) continue;
+      let at = topIds.length === TOP_CANDIDATES ? TOP_CANDIDATES - 1 : topIds.length;
+      while (at > 0 && topLogits[at - 1] < value) {
+        topIds[at] = topIds[at - 1];
+        topLogits[at] = topLogits[at - 1];
+        at--;
+      }
+      topIds[at] = i;
+      topLogits[at] = value;
+    }
+    const max = topLogits[0];
     let sum = 0;
-    const max = logits[best];
     for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
-    return { id: best, logprob: -Math.log(sum) };
+    const logSum = Math.log(sum);
+    const top = topIds.map((id, k) => ({ id, logprob: topLogits[k] - max - logSum }));
+    return { id: topIds[0], logprob: -logSum, top };
   }
 }
