@@ -32,8 +32,13 @@ def intent(audio_t: float, name: str, slots: dict | None = None, source: str = "
             "text": "", "confidence": 0.9}
 
 
-def final(audio_t: float, text: str) -> dict:
-    return {"name": "transcript", "audio_t": audio_t, "text": text, "final": True, "confidence": 0.8}
+def final(audio_t: float, text: str, end_t: float | None = None) -> dict:
+    event = {"name": "transcript", "audio_t": audio_t, "text": text, "final": True, "confidence": 0.8}
+    return event if end_t is None else event | {"end_t": end_t}
+
+
+def speech_end(audio_t: float, end_t: float) -> dict:
+    return {"name": "speech-end", "audio_t": audio_t, "end_t": end_t, "reason": "hangover"}
 
 
 def test_a_right_intent_with_right_slots_scores_both_and_its_latency_from_end_of_speech():
@@ -56,6 +61,23 @@ def test_intents_outside_the_utterances_window_are_not_its_own():
     events = [intent(9.9, "media.volume_set", {"level": 40}), intent(14.0, "media.volume_set", {"level": 40})]
     o = score(heard(VOLUME_40), events)
     assert (o["got"], o["source"], o["eos_to_intent_ms"], o["intent_ok"]) == (None, "none", None, False)
+
+
+def test_a_late_answer_is_credited_to_the_utterance_whose_speech_it_answers():
+    # Loaded machine: the turn ended at 11.55 s, but its transcript and intent come after the next utterance began.
+    events = [speech_end(14.2, 11.55), final(14.9, "set the volume to 40", end_t=11.55),
+              intent(15.0, "media.volume_set", {"level": 40})]
+    o = score(heard(VOLUME_40), events)
+    assert (o["intent_ok"], o["slots_ok"], o["eos_to_intent_ms"]) == (True, True, pytest.approx(3500.0))
+    later = Spoken(PIANO, "espeak-gb", "clean", True, start_s=14.0, end_s=15.2, until_s=18.0)
+    assert score(later, events)["got"] is None  # not a false accept of the next utterance
+
+
+def test_an_early_intent_belongs_to_the_turn_that_ends_after_it():
+    events = [intent(11.3, "media.volume_set", {"level": 40}) | {"early": True}, speech_end(12.3, 11.55),
+              final(12.4, "set the volume to 40", end_t=11.55)]
+    o = score(heard(VOLUME_40), events)
+    assert (o["slots_ok"], o["eos_to_intent_ms"]) == (True, pytest.approx(-200.0))
 
 
 def test_an_alternative_intent_is_accepted_for_an_ambiguous_word():

@@ -235,15 +235,42 @@ class Spoken:
     until_s: float
 
 
-def score(spoken: Spoken, events: list[dict]) -> dict:
-    """The outcome of one utterance from the page's events: the first `voxline:intent` heard between the start of
-    its speech and the start of the next utterance is what the device acted on."""
+def turn_ends(events: list[dict]) -> list[float]:
+    """For each event, where the speech of the turn it belongs to ended (capture clock), so that a late answer is
+    credited to the utterance that asked for it, not to the one being spoken when it arrives (on a loaded machine
+    an answer can come after the next utterance has begun).
+
+    A final transcript carries its turn's `end_t`; an intent or a reply belongs to the last final transcript before
+    it, except an early intent (`early`, dispatched while the turn is still open), which belongs to the next
+    `speech-end`. Events without such a neighbour fall back to their own `audio_t`.
+    """
+    ends: list[float] = []
+    last_final: float | None = None
+    for index, event in enumerate(events):
+        end = event["audio_t"]
+        if event["name"] == "transcript" and event.get("final") and "end_t" in event:
+            end = last_final = event["end_t"]
+        elif event["name"] == "speech-end" and "end_t" in event:
+            end = event["end_t"]
+        elif event["name"] == "intent" and event.get("early"):
+            end = next((e["end_t"] for e in events[index + 1:] if e["name"] == "speech-end" and "end_t" in e),
+                       event["audio_t"])
+        elif event["name"] in ("intent", "reply", "transcript") and last_final is not None:
+            end = last_final
+        ends.append(end)
+    return ends
+
+
+def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -> dict:
+    """The outcome of one utterance from the page's events: the first `voxline:intent` of a turn whose speech ended
+    between the start of this utterance and the start of the next is what the device acted on. `ends`: the
+    events' `turn_ends` (computed when not given)."""
     item = spoken.item
-    intent = next((e for e in events if e["name"] == "intent" and spoken.start_s <= e["audio_t"] < spoken.until_s),
-                  None)
-    finals = [e for e in events if e["name"] == "transcript" and e.get("final")
-              and spoken.start_s <= e["audio_t"] < spoken.until_s]
-    replied = any(e["name"] == "reply" and spoken.start_s <= e["audio_t"] < spoken.until_s for e in events)
+    ends = turn_ends(events) if ends is None else ends
+    own = [e for e, end in zip(events, ends) if spoken.start_s <= end < spoken.until_s]
+    intent = next((e for e in own if e["name"] == "intent"), None)
+    finals = [e for e in own if e["name"] == "transcript" and e.get("final") and e.get("source") != "server"]
+    replied = any(e["name"] == "reply" for e in own)
     got = intent["intent"] if intent else None
     got_slots = dict(intent.get("slots") or {}) if intent else {}
     intent_ok = item.accepts(got)
@@ -253,7 +280,7 @@ def score(spoken: Spoken, events: list[dict]) -> dict:
         "expected": item.intent, "expected_slots": item.slots, "got": got, "got_slots": got_slots,
         "source": intent.get("source", "none") if intent else "none",
         "eos_to_intent_ms": round(1000 * (intent["audio_t"] - spoken.end_s), 1) if intent else None,
-        "heard": finals[0]["text"] if finals else None, "replied": replied,
+        "heard": " | ".join(e["text"] for e in finals) or None, "replied": replied,
         "intent_ok": intent_ok, "slots_ok": intent_ok and (got is None or slots_match(item.slots, got_slots)),
     }
 
@@ -409,8 +436,9 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
         pages, spoken = build_pages(items, voices, noise_snr_db, Path(tmp), second_hearing)
 
         def on_page(config: str, page: Page, events: list[dict]) -> None:
+            ends = turn_ends(events)
             for index in range(len(page.placed)):
-                outcomes[config].append(score(spoken[(page.label, index)], events) | {"config": config})
+                outcomes[config].append(score(spoken[(page.label, index)], events, ends) | {"config": config})
             if progress is not None:
                 progress(f"{config} {page.label}: {len(page.placed)} utterances heard")
 
