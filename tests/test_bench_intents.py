@@ -147,7 +147,8 @@ def test_report_splits_conditions_voices_second_hearing_and_compares_local_laten
     assert "second_hearing" not in report["baseline"]
     assert set(report["voxline"]["by_voice"]) == {"espeak-gb/clean", "espeak-gb/noisy"}
     assert report["local_latency_ratio"]["of"] == "voxline / baseline"
-    assert report["local_latency_ratio"]["p50"] == pytest.approx(125 / 200, abs=1e-3)  # P50 of 100 and 150 ms against 200
+    # P50 of 100 and 150 ms against 200 ms
+    assert report["local_latency_ratio"]["p50"] == pytest.approx(125 / 200, abs=1e-3)
 
 
 def test_error_lines_name_what_was_said_expected_got_and_source():

@@ -110,6 +110,7 @@ def test_required_slots_are_given(items):
     ('{"text": "hi", "intent": null, "slots": {}, "kind": "chat"}', "kind must be one of"),
     ('{"text": "hi", "intent": null, "slots": [], "kind": "ood"}', "slots must be an object"),
     ('{"text": "hi", "intent": null, "kind": "ood", "extra": 1}', "expected an object"),
+    ('{"text": "hi", "kind": "ood"}', "expected an object"),
     ('not json', "not JSON"),
 ])
 def test_a_malformed_line_is_refused_with_its_line_number(tmp_path, line, complaint):

@@ -1,10 +1,10 @@
 """`voxline bench intents`: zero-round-trip intent latency, end of speech → `voxline:intent`, per source; and, with
 `--set FILE`, accuracy on a held-out evaluation set (`run_set`, below).
 
-Without `--set`, each configuration hears the commands twice in one page: the first pass resolves them with the grammar engine
-(`local`), the second from the IndexedDB cache (`cache`). The baseline configuration ends every turn after 800 ms
-of silence (pipecat's default `stop_secs`), without smart-turn and without early dispatch. Also measured: match
-time of the engine in CPython and in Pyodide, and the cache lookup.
+Without `--set`, each configuration hears the commands twice in one page: the first pass resolves them with the
+grammar engine (`local`), the second from the IndexedDB cache (`cache`). The baseline configuration ends every
+turn after 800 ms of silence (pipecat's default `stop_secs`), without smart-turn and without early dispatch. Also
+measured: match time of the engine in CPython and in Pyodide, and the cache lookup.
 """
 
 from __future__ import annotations
@@ -170,7 +170,8 @@ def load_set(path: Path) -> list[SetItem]:
         except json.JSONDecodeError as error:
             raise SetFormatError(f"{path}:{number}: not JSON ({error.msg})") from None
         where = f"{path}:{number}"
-        if not isinstance(row, dict) or set(row) - {"text", "intent", "slots", "kind", "also_accept"}:
+        if not isinstance(row, dict) or set(row) - {"text", "intent", "slots", "kind", "also_accept"} \
+                or not {"text", "intent", "kind"} <= set(row):
             raise SetFormatError(f"{where}: expected an object with text, intent, slots, kind (and also_accept)")
         if not isinstance(row.get("text"), str) or not row["text"].strip():
             raise SetFormatError(f"{where}: text must be a non-empty string")
@@ -337,7 +338,8 @@ def set_report(outcomes_by_config: dict[str, list[dict]]) -> dict:
 
 
 def _short(f: dict) -> dict:
-    return {"commands_intent": f["commands"]["intent_accuracy"], "commands_intent_slots": f["commands"]["intent_slots_accuracy"],
+    return {"commands_intent": f["commands"]["intent_accuracy"],
+            "commands_intent_slots": f["commands"]["intent_slots_accuracy"],
             "one_word_on_device": f["one_word"]["on_device"], "ood_false_accepts": f["ood"]["false_accepts"],
             "n": f["commands"]["n"] + f["one_word"]["n"] + f["ood"]["n"]}
 
@@ -351,7 +353,8 @@ def error_lines(outcomes: list[dict]) -> list[str]:
         want = f"{o['expected']} {json.dumps(o['expected_slots'])}" if o["expected"] else "nothing (out of domain)"
         got = f"{o['got']} {json.dumps(o['got_slots'])}" if o["got"] else "nothing"
         lines.append(f"{o['config']}\t{o['voice']}/{o['condition']}\t{o['pass']}\t{o['text']!r}\texpected {want}\t"
-                     f"got {got}\tsource {o['source']}\theard {o['heard']!r}" + ("\t(chat reply)" if o["replied"] else ""))
+                     f"got {got}\tsource {o['source']}\theard {o['heard']!r}"
+                     + ("\t(chat reply)" if o["replied"] else ""))
     return lines
 
 

@@ -141,8 +141,10 @@ class Page:
     placed: list
 
 
-def run_pages(pages: list[Page], configs: list[Config], rounds: int, *, llm: str | None,
-              on_page: Callable[[str, Page, list[dict]], None] | None = None) -> dict[str, list[tuple[Page, list[dict]]]]:
+def run_pages(
+    pages: list[Page], configs: list[Config], rounds: int, *, llm: str | None,
+    on_page: Callable[[str, Page, list[dict]], None] | None = None,
+) -> dict[str, list[tuple[Page, list[dict]]]]:
     """Every page heard by a fresh browser once per configuration and round, configurations alternating page by
     page (A B, then B A), each on its own server (a configuration may change server settings). Returns, per
     configuration, (page, events) in the order heard; `on_page` is called after each (for progress)."""
