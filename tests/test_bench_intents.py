@@ -9,6 +9,7 @@ from voxline.bench import audio as test_audio
 from voxline.bench.intents import (
     SetItem,
     Spoken,
+    build_pages,
     error_lines,
     figures,
     limit_items,
@@ -192,3 +193,19 @@ def test_pink_noise_falls_about_3_db_per_octave():
 def test_an_unknown_noise_kind_is_refused():
     with pytest.raises(ValueError, match="noise kind 'brown'"):
         test_audio.noise(100, "brown")
+
+
+def test_pages_hold_every_item_per_voice_with_a_noisy_copy_and_a_second_hearing_of_commands(tmp_path, monkeypatch):
+    monkeypatch.setenv("VOXLINE_CACHE", str(tmp_path / "cache"))
+    items = [VOLUME_40, STOP, PIANO]
+    pages, spoken = build_pages(items, ["espeak-gb", "espeak-us"], 10.0, tmp_path, second_hearing=True)
+    assert [p.label for p in pages] == ["espeak-gb/clean/0", "espeak-gb/noisy/0", "espeak-us/clean/0",
+                                        "espeak-us/noisy/0"]
+    clean, noisy = (test_audio.read_wav(p.wav) for p in pages[:2])
+    assert clean.shape == noisy.shape and not np.array_equal(clean, noisy)
+    said = [spoken[("espeak-gb/noisy/0", i)] for i in range(len(pages[1].placed))]
+    assert sorted(s.item.text for s in said if s.first_pass) == sorted(i.text for i in items)
+    assert sorted(s.item.text for s in said if not s.first_pass) == sorted([VOLUME_40.text, STOP.text])
+    assert all(s.condition == "noisy" and s.voice == "espeak-gb" for s in said)
+    assert all(a.end_s <= a.until_s == b.start_s for a, b in zip(said, said[1:]))
+    assert list((tmp_path / "cache" / "bench-audio").glob("*.npy"))  # renders are cached

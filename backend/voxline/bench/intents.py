@@ -430,6 +430,8 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
     unknown = [v for v in voices if v not in VOICES]
     if unknown:
         raise ValueError(f"unknown voice(s) {', '.join(unknown)}; have {', '.join(VOICES)}")
+    if rounds < 1:
+        raise ValueError("--rounds must be at least 1")
     started = time.monotonic()
     items = limit_items(load_set(path), limit)
     missing = missing_baseline_settings()
