@@ -271,6 +271,7 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
     own = [e for e, end in zip(events, ends) if spoken.start_s <= end < spoken.until_s]
     intent = next((e for e in own if e["name"] == "intent"), None)
     finals = [e for e in own if e["name"] == "transcript" and e.get("final") and e.get("source") != "server"]
+    server_finals = [e for e in own if e["name"] == "transcript" and e.get("source") == "server"]
     replied = any(e["name"] == "reply" for e in own)
     got = intent["intent"] if intent else None
     got_slots = dict(intent.get("slots") or {}) if intent else {}
@@ -281,7 +282,8 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
         "expected": item.intent, "expected_slots": item.slots, "got": got, "got_slots": got_slots,
         "source": intent.get("source", "none") if intent else "none",
         "eos_to_intent_ms": round(1000 * (intent["audio_t"] - spoken.end_s), 1) if intent else None,
-        "heard": " | ".join(e["text"] for e in finals) or None, "replied": replied,
+        "heard": " | ".join(e["text"] for e in finals) or None,
+        "server_heard": " | ".join(e["text"] for e in server_finals) or None, "replied": replied,
         "intent_ok": intent_ok, "slots_ok": intent_ok and (got is None or slots_match(item.slots, got_slots)),
     }
 
@@ -354,6 +356,7 @@ def error_lines(outcomes: list[dict]) -> list[str]:
         got = f"{o['got']} {json.dumps(o['got_slots'])}" if o["got"] else "nothing"
         lines.append(f"{o['config']}\t{o['voice']}/{o['condition']}\t{o['pass']}\t{o['text']!r}\texpected {want}\t"
                      f"got {got}\tsource {o['source']}\theard {o['heard']!r}"
+                     + (f"\tserver heard {o['server_heard']!r}" if o.get("server_heard") else "")
                      + ("\t(chat reply)" if o["replied"] else ""))
     return lines
 
