@@ -8,6 +8,7 @@ import json
 import pytest
 
 from voxline.config import Settings
+from voxline.dialog import heard_text
 from voxline.server import protocol as p
 from voxline.server.session import ACCEPTS, Engines, Outbound, Outbox, Session, SessionState
 
@@ -288,5 +289,81 @@ def test_a_bad_opus_description_is_refused_at_turn_start(engines):
                                                "audio": "opus", "opus": {"description": "%%%"}}))
         assert session.state is S.LISTENING
         assert (await sent(outbox))[0]["code"] == "bad_message"
+
+    asyncio.run(scenario())
+
+
+STORY = "Tell me a long story about a brave knight and a dragon."
+
+
+async def until_first_clause_queued(session: Session, timeout_s: float = 60.0) -> None:
+    """Wait (on the event loop, not a wall-clock guess) until the turn's first clause of audio is queued."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not (session.turn and session.turn.clauses):
+        assert loop.time() < deadline, "no reply audio was queued"
+        await asyncio.sleep(0.005)
+
+
+def test_barge_in_while_generating_stops_it_and_keeps_what_was_heard(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text=STORY))
+        await until_first_clause_queued(session)
+        turn = session.turn
+        assert session.state in {S.THINKING, S.SPEAKING} and not turn.task.done()
+        first = turn.clauses[0]
+        # The user heard the first clause and a little of the next one (not a whole word of it), then spoke.
+        await session.dispatch(p.BargeIn(turn_id=1, played_ms=first.duration_ms + 1.0))
+        assert session.state is S.LISTENING and session.turn is None and turn.task.done()
+        frames = await sent(outbox)
+        (done,) = [f for f in frames if isinstance(f, dict) and f["type"] == "reply.done"]
+        assert done == {"type": "reply.done", "turn_id": 1, "text": first.text, "interrupted": True}
+        assert frames[-1]["type"] == "timings" and frames[-1]["interrupted"] is True
+        assert session.history.exchanges[-1].assistant == first.text
+        assert turn.cancel.is_set()
+        # Nothing of the turn is sent after its reply.done.
+        await asyncio.sleep(0.2)
+        assert await sent(outbox) == []
+
+    asyncio.run(scenario())
+
+
+def test_barge_in_after_reply_done_trims_the_history_to_what_was_heard(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text=STORY))
+        await finish_turn(session)
+        frames = await sent(outbox)
+        done = [f for f in frames if isinstance(f, dict) and f["type"] == "reply.done"][0]
+        clauses = session.last_turn.clauses
+        assert done["interrupted"] is False and len(clauses) >= 3, done
+        assert session.history.exchanges[-1].assistant == done["text"]
+        # Generation is over, but the page was still playing the reply: halfway through the second clause.
+        played_ms = clauses[0].duration_ms + clauses[1].duration_ms / 2
+        await session.dispatch(p.BargeIn(turn_id=1, played_ms=played_ms))
+        heard = heard_text(clauses, played_ms)
+        assert heard.startswith(clauses[0].text) and len(heard) < len(clauses[0].text) + 1 + len(clauses[1].text)
+        assert session.history.exchanges[-1].assistant == heard
+        assert session.state is S.LISTENING
+        assert await sent(outbox) == []  # the turn's reply.done went out already: nothing more is said about it
+        # The next reply is written on what was heard, not on what was generated.
+        assert session.history.messages("go on")[-2].content == heard
+
+    asyncio.run(scenario())
+
+
+def test_barge_in_after_the_whole_reply_played_keeps_all_of_it(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text="What is the capital of France?"))
+        await finish_turn(session)
+        reply = session.history.exchanges[-1].assistant
+        total_ms = sum(c.duration_ms for c in session.last_turn.clauses)
+        await session.dispatch(p.BargeIn(turn_id=1, played_ms=total_ms))
+        assert session.history.exchanges[-1].assistant == reply
 
     asyncio.run(scenario())
