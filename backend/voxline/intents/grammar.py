@@ -7,6 +7,7 @@ Source file format (one language per file; later files extend or override earlie
 
     language: en
     skip_words: [please, can you]        # dropped from both edges of an utterance before matching
+    fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -29,7 +30,8 @@ Template syntax is in the `expression` module. Quote templates in YAML: it reads
 Merging, file by file in order: a new intent is added; an existing one gets the new sentences appended (all of
 them replaced with ``replace: true``), its ``confirm`` replaced when given and its ``requires`` extended. Two
 ``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
-``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words accumulate.
+``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words and fillers
+accumulate.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
@@ -56,8 +58,9 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 1
-"""Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it."""
+ENGINE_REVISION = 2
+"""Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
+2: fillers (dropped anywhere, tried last)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -68,7 +71,7 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words"})
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers"})
 _INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
 
 
@@ -113,6 +116,13 @@ class LanguageGrammar:
         )
         if ("",) in self.skip_words:
             raise GrammarError(f"{lang}: a skip word normalises to nothing")
+        self.fillers: tuple[tuple[str, ...], ...] = tuple(
+            sorted({tuple(normalize(phrase).split(" ")) for phrase in data.get("fillers", [])},
+                   key=lambda p: (-len(p), p))
+        )
+        """Phrases dropped wherever they stand, longest first; see `recognize` for when."""
+        if ("",) in self.fillers:
+            raise GrammarError(f"{lang}: a filler normalises to nothing")
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -274,7 +284,7 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     if not isinstance(lang, str) or not lang:
         raise GrammarError(f"{where}: 'language' is required (en, zh, ...)")
     where = f"{where} ({lang})"
-    target = languages.setdefault(lang, {"intents": {}, "lists": {}, "rules": {}, "skip_words": []})
+    target = languages.setdefault(lang, {"intents": {}, "lists": {}, "rules": {}, "skip_words": [], "fillers": []})
     for name, spec in _mapping(document.get("intents"), f"{where} intents").items():
         _merge_intent(target["intents"], str(name), _mapping(spec, f"{where} intent {name}"), f"{where} {name}")
     for name, spec in _mapping(document.get("lists"), f"{where} lists").items():
@@ -282,6 +292,7 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     for name, text in _mapping(document.get("rules"), f"{where} rules").items():
         target["rules"][str(name)] = _string(text, f"{where} rule {name}")
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
+    target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
 
 
 def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
@@ -372,6 +383,7 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "lists": dict(_mapping(data.get("lists"), f"{lang} lists")),
             "rules": dict(_mapping(data.get("rules"), f"{lang} rules")),
             "skip_words": sorted(set(data.get("skip_words", []))),
+            "fillers": sorted(set(data.get("fillers", []))),
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

@@ -6,7 +6,10 @@ The rules, in the order they decide:
    the whole utterance, which must be consumed entirely (a command inside a longer sentence is not a command).
    The grammar's skip words ("please", "can you") are dropped from both edges first, so that free text does not
    swallow them ("play jazz please" plays jazz); only when that remainder matches nothing is the whole utterance
-   tried, so a user intent may still consist of skip words ("thank you").
+   tried, so a user intent may still consist of skip words ("thank you"). The grammar's fillers ("uh", "just")
+   are trimmed from the edges like skip words; inside the utterance they are dropped only when both windows
+   above match nothing ("turn the, uh, volume down"): a sentence that matches with its inner words is never read
+   without them, and what is left once they are gone must still be one whole command.
 2. Among the templates that match, the most specific wins: fewest tokens taken by free text (wildcards), then
    most tokens matched literally.
 3. Precision before recall: when the best candidates disagree (two intents, or one intent with different slot
@@ -129,8 +132,8 @@ def recognize(
     normalised = normalize(text)
     tokens = normalised.split(" ") if normalised else []
     stats = stats if stats is not None else MatchStats()
-    for low, high in _windows(tokens, language):
-        walk = _Walk(language, tokens[low:high], stats)
+    for kept in _windows(tokens, language):
+        walk = _Walk(language, [tokens[i] for i in kept], stats)
         try:
             if index:
                 _walk_trie(walk, language.trie.root, 0, (), 0, 0)
@@ -139,7 +142,7 @@ def recognize(
         except _TooManySteps:
             return None
         if walk.candidates:
-            return _choose(walk.candidates, language, normalised, tokens, low)
+            return _choose(walk.candidates, language, normalised, tokens, kept)
     return None
 
 
@@ -155,8 +158,8 @@ def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
     language = grammar.language(lang)
     normalised = normalize(text)
     tokens = normalised.split(" ") if normalised else []
-    for low, high in _windows(tokens, language):
-        walk = _Walk(language, tokens[low:high], MatchStats())
+    for kept in _windows(tokens, language):
+        walk = _Walk(language, [tokens[i] for i in kept], MatchStats())
         try:
             if _extends(walk, language.trie.root, 0):
                 return True
@@ -165,20 +168,42 @@ def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
     return False
 
 
-def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[tuple[int, int]]:
-    """The utterance without skip words at its edges, then (if different) the whole utterance."""
+def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]]:
+    """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
+    edges; then, if different, the whole utterance; then, if different from both, the first without any filler."""
     low, high = 0, len(tokens)
+    edge_words = language.skip_words + language.fillers
     trimmed = True
     while trimmed:
         trimmed = False
-        for phrase in language.skip_words:
+        for phrase in edge_words:
             if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase:
                 low, trimmed = low + len(phrase), True
             if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
                 high, trimmed = high - len(phrase), True
-    yield low, high
+    first = list(range(low, high))
+    yield first
     if (low, high) != (0, len(tokens)):
-        yield 0, len(tokens)
+        yield list(range(len(tokens)))
+    unfilled = _without_fillers(tokens, first, language.fillers)
+    if unfilled and len(unfilled) != len(first):
+        yield unfilled
+
+
+def _without_fillers(tokens: list[str], kept: list[int], fillers: tuple[tuple[str, ...], ...]) -> list[int]:
+    """`kept` less every filler phrase in it (longest phrase first at each position)."""
+    out: list[int] = []
+    position = 0
+    while position < len(kept):
+        for phrase in fillers:
+            end = position + len(phrase)
+            if end <= len(kept) and tuple(tokens[kept[i]] for i in range(position, end)) == phrase:
+                position = end
+                break
+        else:
+            out.append(kept[position])
+            position += 1
+    return out
 
 
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:
@@ -267,7 +292,7 @@ def _extends(walk: _Walk, node: TrieNode, position: int) -> bool:
 
 
 def _choose(
-    candidates: list[_Candidate], language: LanguageGrammar, text: str, tokens: list[str], offset: int
+    candidates: list[_Candidate], language: LanguageGrammar, text: str, tokens: list[str], kept: list[int]
 ) -> Match | None:
     best = min((c.wildcard_tokens, -c.literal_tokens) for c in candidates)
     top = [c for c in candidates if (c.wildcard_tokens, -c.literal_tokens) == best]
@@ -279,7 +304,7 @@ def _choose(
     slots = {fill.name: fill.value for fill in winner.fills}
     starts = _token_starts(tokens)
     spans = {
-        fill.name: (starts[offset + fill.start], starts[offset + fill.end - 1] + len(tokens[offset + fill.end - 1]))
+        fill.name: (starts[kept[fill.start]], starts[kept[fill.end - 1]] + len(tokens[kept[fill.end - 1]]))
         for fill in winner.fills
     }
     confirmation = _confirmation(template, slots, language)
