@@ -24,6 +24,10 @@ def twice_pause(tmp_path_factory):
     return write_wav(tmp_path_factory.mktemp("intents") / "commands.wav", audio), placed, len(audio) / RATE
 
 
+def _words(text: str) -> list[str]:
+    return "".join(c if c.isalnum() else " " for c in text.lower()).split()
+
+
 def _refuse_websocket(page):
     page.route_web_socket("**/ws", lambda ws: ws.close(code=1011, reason="test: backend down"))
 
@@ -76,3 +80,26 @@ def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, v
         assert second.evaluate("window.voxline.intents.ready") is False
     finally:
         browser.close()
+
+
+def test_the_recogniser_reads_commands_with_the_grammar_and_questions_without(open_voxline, tmp_path):
+    """Grammar-aware decoding in Chromium: the ASR worker gets the engine's word graph; a command's final
+    transcript carries a command reading that the device acts on, a question's goes to the server unchanged."""
+    texts = ["skip to the next song", "what is the capital of france"]
+    clips = [(text, hibari(text, seed=i)) for i, text in enumerate(texts)]
+    audio, placed = compose(clips, lead_s=ENGINE_START_S, gap_s=4.0)
+    wav = write_wav(tmp_path / "grammar.wav", audio)
+    vx = open_voxline(wav)
+    vx.wait_until_heard(len(audio) / RATE)
+    finals = [e for e in vx.events("transcript") if e["final"] and e.get("source") != "server"]
+    command = next(e for e in finals if abs(e["end_t"] - placed[0].end_s) < 1.0)
+    assert command["command"] is not None, vx.timeline()
+    intents = vx.events("intent")
+    assert [(i["intent"], i["source"]) for i in intents] == [("media.next", "local")], vx.timeline()
+    # The device acted on a command reading (the pause's decode or the final one): words as the reading has them.
+    assert _words(intents[0]["text"]) == _words(command["command"]["text"]) == ["skip", "to", "the", "next", "song"]
+    question = next(e for e in finals if abs(e["end_t"] - placed[1].end_s) < 1.0)
+    assert question["command"] is None or question["command"]["confidence"] < 0.5, vx.timeline()
+    sent = [json.loads(f) for f in vx.ws_sent if isinstance(f, str)]
+    turns = [m for m in sent if m["type"] == "turn.start"]
+    assert len(turns) == 1 and turns[0]["transcript"] == question["text"], sent

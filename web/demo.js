@@ -5,6 +5,7 @@
 import { EVENTS } from './voxline/events.js';
 import { tokenFromUrl } from './voxline/link.js';
 import { settingsFromQuery } from './voxline/settings.js';
+import { waterfall } from './voxline/timings.js';
 import { Voxline } from './voxline/voxline.js';
 
 const $ = (id) => document.getElementById(id);
@@ -17,7 +18,7 @@ function setState(state, text) {
 
 function log(name, detail) {
   const item = document.createElement('li');
-  const fields = Object.entries(detail).filter(([k]) => !['t', 'timings', 'models'].includes(k))
+  const fields = Object.entries(detail).filter(([k]) => !['t', 'timings', 'models', 'stages'].includes(k))
     .map(([k, v]) => `${k}=${typeof v === 'number' ? Math.round(v * 1000) / 1000 : JSON.stringify(v)}`);
   item.textContent = `${name.replace('voxline:', '')} ${fields.join(' ')}`;
   $('log').prepend(item);
@@ -58,13 +59,66 @@ document.addEventListener(EVENTS.reply, (e) => {
   $('reply').textContent = e.detail.text;
   if (e.detail.final) setState('listening', 'Listening');
 });
-document.addEventListener(EVENTS.replyAudio, () => setState('speaking', 'Answering…'));
+document.addEventListener(EVENTS.replyAudio, (e) => {
+  if (!e.detail.last) setState('speaking', 'Answering…');
+  else if ($('state').dataset.state === 'speaking') setState('listening', 'Listening'); // not over "Hearing you…"
+});
+document.addEventListener(EVENTS.timings, (e) => drawTimings(e.detail));
 document.addEventListener(EVENTS.error, (e) => {
   // Losing the backend is not fatal: local commands go on working, and the link reconnects by itself.
   if (e.detail.code === 'backend_unreachable') setState('offline', 'Offline: local commands only');
   else setState('error', 'Something went wrong');
   $('detail').textContent = e.detail.message;
 });
+
+const SVG = 'http://www.w3.org/2000/svg';
+/** Rows of the waterfall: one bar each, this many px high. */
+const BAR_PX = 14;
+/** Turns kept on the page, newest first. */
+const TIMINGS_SHOWN = 8;
+
+/** One turn's `voxline:timings` as a small waterfall: a bar per stage, in ms after the end of speech. */
+function drawTimings(record) {
+  const bars = waterfall(record);
+  if (!bars.length) return;
+  const from = Math.min(0, ...bars.map((b) => b.start_ms));
+  const to = Math.max(1, ...bars.map((b) => b.end_ms));
+  const span = to - from;
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', `0 0 1000 ${bars.length * BAR_PX}`);
+  svg.setAttribute('preserveAspectRatio', 'none');
+  svg.setAttribute('height', String(bars.length * BAR_PX));
+  svg.setAttribute('role', 'img');
+  bars.forEach((bar, row) => {
+    const rect = document.createElementNS(SVG, 'rect');
+    rect.setAttribute('class', bar.lane);
+    rect.setAttribute('x', String(((bar.start_ms - from) / span) * 1000));
+    rect.setAttribute('width', String(Math.max(((bar.end_ms - bar.start_ms) / span) * 1000, 2)));
+    rect.setAttribute('y', String(row * BAR_PX + 2));
+    rect.setAttribute('height', String(BAR_PX - 4));
+    const title = document.createElementNS(SVG, 'title');
+    title.textContent = `${bar.label}: ${bar.start_ms} → ${bar.end_ms} ms (${bar.end_ms - bar.start_ms} ms)`;
+    rect.append(title);
+    svg.append(rect);
+  });
+  svg.setAttribute('aria-label', bars.map((b) => `${b.label} ${b.end_ms - b.start_ms} ms`).join(', '));
+  const item = document.createElement('li');
+  const heading = document.createElement('div');
+  const answered = record.stages.first_audio ?? record.stages.intent;
+  const total = answered === undefined ? '' : ` · ${Math.round((answered - record.stages.speech_end) * 1000)} ms to the answer`;
+  heading.textContent = `turn ${record.turn_id} · ${record.source ?? 'unanswered'}${record.early ? ' (early)' : ''}${total}`;
+  const labels = document.createElement('ol');
+  labels.className = 'stages';
+  for (const bar of bars) {
+    const label = document.createElement('li');
+    label.className = bar.lane;
+    label.textContent = `${bar.label} ${bar.end_ms - bar.start_ms} ms`;
+    labels.append(label);
+  }
+  item.append(heading, svg, labels);
+  $('timings').prepend(item);
+  while ($('timings').children.length > TIMINGS_SHOWN) $('timings').lastElementChild.remove();
+}
 
 const tokenUrl = params.get('token-url') ?? (params.get('key') ? `token?key=${encodeURIComponent(params.get('key'))}` : null);
 const voxline = new Voxline({
@@ -91,5 +145,10 @@ voxline.load().then((ready) => {
   setState('idle', 'Ready');
   $('mic').disabled = false;
   $('mic').onclick = listen;
+  $('forget').disabled = false;
+  $('forget').onclick = async () => {
+    await voxline.clearCache();
+    $('detail').textContent = 'Learned commands forgotten: each is recognised afresh next time.';
+  };
   if (params.get('autostart') === '1') return listen();
 }).catch(() => { /* already reported through voxline:error */ });

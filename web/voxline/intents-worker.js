@@ -5,10 +5,12 @@
 // Messages in:   {type: 'recognize', id, text, lang = 'en'}
 //                {type: 'extend', id, documents}   user skill documents (source dicts, or compiled grammars)
 //                {type: 'lexicon', id, lang = 'en'}  the grammar as a word graph for the recogniser (lexicon.py)
+//                {type: 'validate', id, intent, slots, lang = 'en'}   could this grammar give that intent?
 // Messages out:  {type: 'ready', grammar_version, load_ms, timings}              once, when it can answer
 //                {type: 'result', id, match, prefix, ms}                         match: Match.to_dict() or null
 //                {type: 'extended', id, grammar_version}
 //                {type: 'lexicon', id, lexicon}                                  voxline.intents.lexicon's layout
+//                {type: 'validated', id, problem}                                null, or what is wrong
 //                {type: 'error', code, message}        without id: loading failed, nothing will be answered
 //                {type: 'error', id, code, message}    with id: that request failed, the engine lives on
 // Requests sent before 'ready' wait for it (or get the load error).
@@ -38,6 +40,7 @@ const GLUE = `
 import json
 from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, is_prefix, recognize
 from voxline.intents.lexicon import decoding_lexicon
+from voxline.intents.validate import intent_problem
 
 _grammar = builtin_grammar()
 _user_documents = []
@@ -67,6 +70,12 @@ def vx_lexicon(lang):
         return json.dumps({"lexicon": decoding_lexicon(_grammar, lang)}, separators=(",", ":"))
     except GrammarError as error:
         return json.dumps({"error": {"code": error.code, "message": error.message}})
+
+def vx_validate(intent, slots_json, lang):
+    try:
+        return json.dumps({"problem": intent_problem(_grammar, lang, intent, json.loads(slots_json))})
+    except GrammarError as error:
+        return json.dumps({"problem": error.message})
 
 def vx_extend(documents_json):
     global _grammar
@@ -99,6 +108,7 @@ self.onmessage = async (event) => {
     if (msg.type === 'recognize') recognizeOne(py, msg);
     else if (msg.type === 'extend') extend(py, msg);
     else if (msg.type === 'lexicon') lexicon(py, msg);
+    else if (msg.type === 'validate') validate(py, msg);
     else throw new EngineError(ERROR_CODES.badRequest, `unknown message type ${JSON.stringify(msg.type)}`);
   } catch (error) {
     post({ type: 'error', id: msg.id, code: error.code ?? ERROR_CODES.engineFailed, message: `The intent engine failed: ${lastLine(error.message)}` });
@@ -126,6 +136,7 @@ async function load() {
     recognize: pyodide.globals.get('vx_recognize'),
     extend: pyodide.globals.get('vx_extend'),
     lexicon: pyodide.globals.get('vx_lexicon'),
+    validate: pyodide.globals.get('vx_validate'),
     version: pyodide.globals.get('vx_version'),
   };
   const version = py.version();
@@ -203,6 +214,12 @@ function lexicon(py, msg) {
   const answer = JSON.parse(py.lexicon(msg.lang ?? 'en'));
   if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
   post({ type: 'lexicon', id: msg.id, lexicon: answer.lexicon });
+}
+
+function validate(py, msg) {
+  if (typeof msg.intent !== 'string') throw new EngineError(ERROR_CODES.badRequest, 'validate needs intent (a string)');
+  const answer = JSON.parse(py.validate(msg.intent, JSON.stringify(msg.slots ?? {}), msg.lang ?? 'en'));
+  post({ type: 'validated', id: msg.id, problem: answer.problem });
 }
 
 /** A Python traceback's last line says what went wrong; the rest is noise in a page's error message. */

@@ -147,6 +147,16 @@ export class IntentResolver {
     return (await this.#request({ type: 'lexicon', lang }, EXTEND_TIMEOUT_MS)).lexicon;
   }
 
+  /**
+   * Why the grammar could never give (`intent`, `slots`) — an unknown intent, a slot it lacks, a value outside
+   * its list or range — or null when it could. For intents from elsewhere (the server) before they are cached.
+   * @returns {Promise<string|null>}
+   */
+  async validate(intent, slots, lang = this.#lang) {
+    if (!this.#ready) throw new Error('the intent engine has not loaded yet');
+    return (await this.#request({ type: 'validate', intent, slots, lang }, RECOGNIZE_TIMEOUT_MS)).problem;
+  }
+
   /** Call `listener()` whenever the grammar changes (extend); the engine's first start is `onReady`. */
   onGrammarChange(listener) {
     this.#grammarListeners.push(listener);

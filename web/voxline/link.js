@@ -83,7 +83,7 @@ function opusFrame(packet, turnId) {
 
 /**
  * @typedef {{
- *   onTranscript: (turnId: number, text: string) => void,
+ *   onTranscript: (turnId: number, text: string, confidence?: number) => void,
  *   onIntent: (turnId: number, intent: object) => void,
  *   onReplyDelta: (turnId: number, text: string) => void,
  *   onReplyDone: (turnId: number, text: string, interrupted: boolean) => void,
@@ -240,7 +240,7 @@ export class BackendLink {
         h.onStatus(true);
         for (const waiter of this.welcomeWaiters.splice(0)) waiter();
         return undefined;
-      case 'transcript': return h.onTranscript(msg.turn_id, msg.text);
+      case 'transcript': return h.onTranscript(msg.turn_id, msg.text, msg.confidence);
       case 'intent': return h.onIntent(msg.turn_id, msg);
       case 'reply.delta': return h.onReplyDelta(msg.turn_id, msg.text);
       case 'reply.done': return h.onReplyDone(msg.turn_id, msg.text, msg.interrupted);

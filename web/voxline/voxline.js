@@ -16,9 +16,12 @@
 /** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
 const TURN_AUDIO_WAIT_MS = 500;
 const REPLY_AUDIO_RATE = 24000;
+/** Server turns whose sent transcript is kept for learning their intent (older ones are answered long since). */
+const MAX_REMEMBERED_TURNS = 8;
 import { Capture } from './capture.js';
 import { EVENTS, Emitter } from './events.js';
 import { IntentResolver, isCompleteCommand } from './intents.js';
+import { normalize } from './normalize.js';
 import { BackendLink } from './link.js';
 import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
 import { ReplyPlayer } from './player.js';
@@ -55,6 +58,8 @@ export class Voxline {
     ws.protocol = ws.protocol === 'https:' ? 'wss:' : 'ws:';
     this.serverUrl = options.server === null ? null : String(options.server ?? ws);
     this.token = options.token ?? null;
+    /** @type {Map<number, {text: string, reheard: boolean}>} server turn id → the transcript this page sent */
+    this.sentTurns = new Map();
     /** @type {Map<number, {text: string, audio: boolean}>} server turn id → reply state */
     this.replies = new Map();
     /** @type {((msg: object) => void)[]} waiting for the Opus packets of the turn that just ended */
@@ -150,6 +155,15 @@ export class Voxline {
     }
     this.listening = true;
     this.vadWorker.postMessage({ type: 'listen', from: 0 });
+  }
+
+  /**
+   * Forget every command this page learned (the IndexedDB intent cache, in every tab of this origin): the next
+   * time, each is recognised again by the grammar or the server.
+   * @returns {Promise<void>}
+   */
+  async clearCache() {
+    await this.intents?.clearCache();
   }
 
   async stop() {
@@ -311,20 +325,40 @@ export class Voxline {
   }
 
   /**
-   * The zero-round-trip path for a final transcript: the command reading (or the free transcript) in the cache,
-   * then in the local grammar; else the server's turn, with the free transcript (a question is not a command).
+   * The zero-round-trip path for a final transcript: the exact words in the cache (a command learned from the
+   * server is keyed by them), then the command reading (or the free transcript) in the cache and the local grammar;
+   * else the server's turn, with the free transcript (a question is not a command).
    */
   async #finalIntent(turn, decoded) {
+    const learned = this.intents && decoded.confidence >= this.settings.localIntentMinConfidence
+      ? this.intents.peek(decoded.text) : null;
+    if (learned) return this.#dispatch(turn, 'cache', decoded.text, decoded.confidence, learned);
     const { text, confidence } = this.#commandText(decoded, this.settings.localIntentMinConfidence);
     if (!this.intents || confidence < this.settings.localIntentMinConfidence) {
       return this.#serverTurn(turn, decoded.text, decoded.confidence);
     }
-    const cached = this.intents.peek(text) ?? (text === decoded.text ? null : this.intents.peek(decoded.text));
+    const cached = this.intents.peek(text);
     if (cached) return this.#dispatch(turn, 'cache', text, confidence, cached);
     const result = await this.intents.recognize(text).catch(() => null);
     if (!result?.match) return this.#serverTurn(turn, decoded.text, decoded.confidence);
     this.#dispatch(turn, 'local', text, confidence, result.match);
     this.intents.remember(text, result.match, 'local');
+  }
+
+  /**
+   * A command the server resolved is learned, so that the same words are answered on the device next time; only
+   * when it can be trusted: from the configured server (the cache checks the origin), under the same grammar
+   * version, with slot values the local grammar accepts, and keyed by the words this page heard and sent (not
+   * when the server had to re-recognise the audio: then the page's own transcript was not what was said).
+   */
+  async #learn(turnId, msg, match) {
+    const sent = this.sentTurns.get(turnId);
+    this.sentTurns.delete(turnId);
+    const intents = this.intents;
+    if (!intents?.ready || !sent || sent.reheard) return;
+    if (msg.grammar_version && msg.grammar_version !== intents.cache.grammarVersion) return;
+    const problem = await intents.validate(match.intent, match.slots ?? {}).catch((error) => error.message);
+    if (!problem) await intents.remember(sent.text, match, this.serverUrl);
   }
 
   #connect() {
@@ -341,11 +375,15 @@ export class Voxline {
         this.backendConnected = connected;
         if (!connected) this.#endServerTurns();
       },
-      onTranscript: (turnId, text) => this.events.emit(EVENTS.transcript, { text, final: true, confidence: 1, source: 'server', turn_id: turnId }),
+      onTranscript: (turnId, text, confidence) => {
+        const sent = this.sentTurns.get(turnId);
+        if (sent && normalize(text) !== normalize(sent.text)) sent.reheard = true;
+        this.events.emit(EVENTS.transcript, { text, final: true, confidence: confidence ?? 1, source: 'server', turn_id: turnId });
+      },
       onIntent: (turnId, msg) => {
         const match = { intent: msg.intent, slots: msg.slots, confirmation: msg.confirmation };
         this.events.emit(EVENTS.intent, { ...match, source: 'server', text: msg.text, confidence: 1, turn_id: turnId });
-        this.intents?.remember(msg.text, match, this.serverUrl);
+        this.#learn(turnId, msg, match);
       },
       onReplyDelta: (turnId, delta) => {
         const reply = replyOf(turnId);
@@ -446,6 +484,8 @@ export class Voxline {
     const audio = lowConfidence ? await this.#turnAudio(turn) : null;
     await this.#bargeIn(); // the protocol allows one unfinished turn at a time
     this.activeServerTurn = this.link.sendTurn({ transcript: text, confidence, audio });
+    this.sentTurns.set(this.activeServerTurn, { text, reheard: false });
+    for (const old of this.sentTurns.keys()) if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
   }
 }
 

@@ -208,6 +208,15 @@ export class VoxlineAssistant extends HTMLElement {
     return version;
   }
 
+  /**
+   * Forget the commands this browser learned for this origin (the intent cache; see `Voxline.clearCache`).
+   * @returns {Promise<void>}
+   */
+  async clearCache() {
+    const voxline = await this.load();
+    await voxline.clearCache();
+  }
+
   // ------------------------------------------------------------------------------------------------ internals
 
   /** Removed from the page: close the microphone, the link and the workers (a later insert loads again). */
