@@ -102,7 +102,7 @@ def browser_run(llm: str, count: int) -> dict:
     ttfa, end, missed = [], [], 0
     for events in runs["voxline"]:
         for truth in placed:
-            audio = match(events, "reply-audio", truth, after=0.0, within=8.0)
+            audio = match(events, "reply-audio", truth, after=0.0, within=8.0, where=lambda e: e.get("first", False))
             turn_end = match(events, "speech-end", truth)
             if audio is None:
                 missed += 1
