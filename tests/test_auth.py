@@ -7,6 +7,8 @@ import json
 import logging
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
@@ -98,6 +100,34 @@ def test_a_token_signed_with_another_secret_or_altered_is_unauthenticated():
 def test_malformed_tokens_are_unauthenticated(token):
     with pytest.raises(Unauthenticated, match="malformed"):
         verify_token(KEYS, token, SHOP, now=NOW)
+
+
+@pytest.mark.parametrize("expiry", ["²³", "١٧٠٠٠٠٠٣٠٠", "1_700_000_300", "+1700000300", " 1700000300", "1" * 13])
+def test_an_expiry_that_is_not_ascii_digits_is_malformed_not_a_crash(expiry):
+    with pytest.raises(Unauthenticated, match="malformed"):
+        verify_token(KEYS, f"v1.shop.{expiry}.abc.def", SHOP, now=NOW)
+    with pytest.raises(Unauthenticated, match="malformed"):
+        token_expiry(f"v1.shop.{expiry}.abc.def")
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.one_of(
+    st.text(max_size=300),
+    st.builds(lambda parts: ".".join(parts), st.lists(st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
+                                                       min_size=5, max_size=5)),
+    st.builds(lambda key, expiry, nonce, sig: f"v1.{key}.{expiry}.{nonce}.{sig}",
+              st.sampled_from(["shop", "blog", "gone", "", "s.hop"]),
+              st.one_of(st.integers(-(2**70), 2**70).map(str), st.text(max_size=14)),
+              st.text(max_size=16), st.text(max_size=50)),
+), st.sampled_from([SHOP, BLOG, EVIL, None, "null", "https://ünicode.example"]))
+def test_token_parsing_raises_only_its_two_errors(token, origin):
+    try:
+        key = verify_token(KEYS, token, origin, now=NOW)
+    except (Unauthenticated, OriginNotAllowed) as exc:
+        assert exc.message and token not in exc.message or len(token) < 8
+    else:
+        assert key in KEYS.values()  # only a real signature gets here, which random text never is
+        raise AssertionError(f"{token!r} verified")
 
 
 def test_a_token_of_an_unknown_key_is_unauthenticated():
@@ -199,7 +229,37 @@ def test_the_gate_refuses_origins_off_the_allowlist_at_the_handshake():
     gate().admit("s1", Peer(None, "10.0.0.1"))  # not a browser: the token decides
     explicit = Gate(Settings(allowed_origins=f"{SHOP}, http://localhost:8000"))
     assert explicit.origins == {SHOP, "http://localhost:8000"} and not explicit.requires_token
-    assert Gate(Settings()).origins is None
+    assert Gate(Settings()).origins == frozenset() and Gate(Settings(allowed_origins="*")).origins is None
+
+
+@pytest.mark.parametrize(("origin", "host", "bound", "allowed"), [
+    ("http://127.0.0.1:8000", "127.0.0.1:8000", "127.0.0.1", True),    # the demo page it serves
+    ("http://localhost:8000", "localhost:8000", "127.0.0.1", True),
+    ("http://[::1]:8000", "[::1]:8000", "127.0.0.1", True),
+    ("https://voxline.example", "voxline.example", "0.0.0.0", True),   # behind TLS: Host has no port
+    ("https://voxline.example", "voxline.example:443", "0.0.0.0", True),
+    ("http://127.0.0.1:8001", "127.0.0.1:8000", "127.0.0.1", False),   # another port is another origin
+    ("https://evil.example", "127.0.0.1:8000", "127.0.0.1", False),
+    ("http://evil.example:8000", "evil.example:8000", "127.0.0.1", False),  # DNS rebinding to a local server
+    ("http://evil.example:8000", "evil.example:8000", "0.0.0.0", True),  # a public server's own name
+    ("null", "127.0.0.1:8000", "127.0.0.1", False),
+    ("http://127.0.0.1:8000", None, "127.0.0.1", False),
+])
+def test_a_server_without_settings_admits_only_its_own_origin(origin, host, bound, allowed):
+    g = Gate(Settings(host=bound))
+    if allowed:
+        g.admit("s", Peer(origin, "10.0.0.1", host))
+    else:
+        with pytest.raises(OriginNotAllowed):
+            g.admit("s", Peer(origin, "10.0.0.1", host))
+    g.admit("native", Peer(None, "10.0.0.1", host))  # no Origin: not a browser page
+
+
+def test_any_origin_is_an_explicit_setting():
+    Gate(Settings(allowed_origins="*")).admit("s", Peer(EVIL, "10.0.0.1", "127.0.0.1:8000"))
+    listed = Gate(Settings(allowed_origins=SHOP))
+    listed.admit("a", Peer(SHOP, "10.0.0.1", "127.0.0.1:8000"))
+    listed.admit("b", Peer("http://127.0.0.1:8000", "10.0.0.1", "127.0.0.1:8000"))  # and still its own page
 
 
 def test_the_gate_counts_sessions_per_address_and_frees_them():
@@ -278,8 +338,18 @@ def closed_with(ws) -> int:
     return info.value.code
 
 
-def test_an_open_server_welcomes_any_page(engines):
-    with ws_client(engines) as client, client.websocket_connect("/ws", headers={"origin": EVIL}) as ws:
+def test_a_server_without_settings_welcomes_its_own_page_and_native_clients_only(engines):
+    with ws_client(engines) as client:
+        with client.websocket_connect("/ws", headers={"origin": EVIL}) as ws:
+            assert json.loads(ws.receive_text())["code"] == "origin_not_allowed"
+            assert closed_with(ws) == p.CLOSE_ORIGIN_NOT_ALLOWED
+    with ws_client(engines, host="0.0.0.0") as client:  # TestClient's Host is `testserver`
+        with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
+            assert hello(ws)["type"] == "welcome"
+        with client.websocket_connect("/ws") as ws:
+            assert hello(ws)["type"] == "welcome"
+    with ws_client(engines, allowed_origins="*") as client, \
+            client.websocket_connect("/ws", headers={"origin": EVIL}) as ws:
         assert hello(ws)["type"] == "welcome"
 
 

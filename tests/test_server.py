@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -59,15 +60,43 @@ def test_module_scripts_and_wasm_have_browser_types(client):
     assert wasm.headers["content-type"] == "application/wasm"
 
 
-def test_healthz_is_green_and_names_each_model_digest(client):
+MODELS = {"whisper-tiny-en-onnx", "silero-vad-v5", "smart-turn-v3.2", "smollm2-135m-instruct-ct2", "whisper-base-ct2",
+          "hibari-heart"}
+
+
+def test_healthz_is_green_and_tells_anyone_only_status_and_flags(client):
     body = client.get("/healthz").json()
-    assert body["status"] == "ok"
+    assert set(body) == {"status", "models"} and body["status"] == "ok"
     names = {m["name"]: m for m in body["models"]}
-    assert {"whisper-tiny-en-onnx", "silero-vad-v5", "smart-turn-v3.2", "smollm2-135m-instruct-ct2",
-            "whisper-base-ct2", "hibari-heart"} <= names.keys()
+    assert MODELS <= names.keys()
     for model in names.values():
-        assert model["verified"] is True
-        assert all(len(d) == 64 for d in model["artifacts"].values())
+        assert set(model) == {"name", "verified", "loaded"} and model["verified"] is True
+    assert str(os.getpid()) not in client.get("/healthz").text
+
+
+def test_healthz_details_are_an_operators_setting():
+    settings = Settings.from_env(llm_model="smollm2-135m-instruct-ct2", health_details=True)
+    with TestClient(create_app(settings)) as detailed:
+        body = detailed.get("/healthz").json()
+    assert body["pid"] == os.getpid() and body["version"]
+    for model in body["models"]:
+        assert model["verified"] is True and all(len(d) == 64 for d in model["artifacts"].values())
+
+
+@pytest.mark.parametrize("url", ["/vendor/pyodide/console.html", "/vendor/pyodide/console-v2.html",
+                                 "/vendor/pyodide/package.json", "/vendor/onnxruntime-web/ort.all.mjs",
+                                 "/vendor/onnxruntime-web/ort.node.min.js", "/tests/link.test.js",
+                                 "/tests/", "/voxline/../tests/ring.test.js"])
+def test_what_no_page_loads_is_not_served(client, url):
+    assert client.get(url).status_code == 404
+
+
+@pytest.mark.parametrize("url", ["/vendor/pyodide/pyodide.mjs", "/vendor/pyodide/pyodide.asm.wasm",
+                                 "/vendor/pyodide/python_stdlib.zip", "/vendor/pyodide/pyodide-lock.json",
+                                 "/vendor/onnxruntime-web/ort-wasm-simd-threaded.mjs", "/voxline/link.js",
+                                 "/widget/assistant.js"])
+def test_what_the_page_loads_is_served(client, url):
+    assert client.get(url).status_code == 200
 
 
 def test_browser_model_files_match_their_manifest_digest(client):
@@ -95,8 +124,6 @@ def test_startup_refuses_without_models_and_names_the_fix(tmp_path, monkeypatch)
 
 
 def test_cli_serve_without_models_exits_with_a_message(tmp_path):
-    import os
-
     env = {**os.environ, paths.CACHE_ENV: str(tmp_path)}
     result = subprocess.run([sys.executable, "-m", "voxline.cli", "serve", "--port", "0"],
                             capture_output=True, text=True, env=env, timeout=60)

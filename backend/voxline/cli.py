@@ -17,12 +17,13 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from voxline.config import Settings
-    from voxline.server import protocol as p
     from voxline.server.app import create_app
+    from voxline.server.limits import uvicorn_options
 
     overrides = {"host": args.host, "port": args.port, "llm_model": args.llm, "workers": args.workers,
                  "batching": None if args.batching is None else args.batching == "on",
-                 "otlp_endpoint": args.otlp_endpoint, "engine": args.engine, "ray_address": args.ray_address}
+                 "otlp_endpoint": args.otlp_endpoint, "engine": args.engine, "ray_address": args.ray_address,
+                 "forwarded_allow_ips": args.forwarded_allow_ips, "allowed_origins": args.allowed_origins}
     settings = Settings.from_env(**overrides)
     if settings.engine == "ray" and settings.workers > 1 and not settings.ray_address:
         raise VoxlineError("--engine ray with --workers N needs one shared cluster: start it with `ray start "
@@ -30,7 +31,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     print(f"Voxline demo on http://{settings.host}:{settings.port}/", file=sys.stderr, flush=True)
     if settings.workers <= 1:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=args.log_level,
-                    **p.UVICORN_WEBSOCKET_OPTIONS)
+                    **uvicorn_options(settings))
         return 0
     # Each worker process builds its own app (and loads its own models) from the environment, so the flags
     # travel as VOXLINE_* variables. Checked here first, so a missing model is refused once, in this process.
@@ -39,7 +40,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"VOXLINE_{name.upper()}"] = ("on" if value else "off") if isinstance(value, bool) else str(value)
     uvicorn.run("voxline.server.app:app_from_env", factory=True, host=settings.host, port=settings.port,
-                workers=settings.workers, log_level=args.log_level, **p.UVICORN_WEBSOCKET_OPTIONS)
+                workers=settings.workers, log_level=args.log_level, **uvicorn_options(settings, worker_processes=True))
     return 0
 
 
@@ -162,6 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--ray-address", default=None, metavar="ADDRESS",
                        help="with --engine ray: the Ray cluster (auto, HOST:6379); default: start a local Ray "
                             "instance (VOXLINE_RAY_ADDRESS)")
+    serve.add_argument("--forwarded-allow-ips", default=None, metavar="IPS",
+                       help="proxies (IPs or CIDR networks, comma-separated) whose X-Forwarded-For gives the client "
+                            "address; default none (VOXLINE_FORWARDED_ALLOW_IPS; docs/deploy.md)")
+    serve.add_argument("--allowed-origins", default=None, metavar="ORIGINS",
+                       help="web origins, besides the server's own, whose pages may open /ws; * for any "
+                            "(VOXLINE_ALLOWED_ORIGINS)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_cmd_serve)
 

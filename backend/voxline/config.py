@@ -30,6 +30,10 @@ DEFAULT_IDLE_GRACE_S = 10.0
 DEFAULT_OUTBOX_MAX_AUDIO_BYTES = 2 * 1024 * 1024
 DEFAULT_OUTBOX_MAX_BYTES = 8 * 1024 * 1024
 DEFAULT_DRAIN_TIMEOUT_S = 10.0
+DEFAULT_AUDIO_IDLE_TIMEOUT_S = 5.0
+DEFAULT_HTTP_REQUEST_TIMEOUT_S = 10.0
+DEFAULT_HTTP_KEEP_ALIVE_TIMEOUT_S = 5.0
+DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_INTENT_CLASSIFIER = "llm"
 INTENT_CLASSIFIERS = ("llm", "off")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -66,8 +70,9 @@ class Settings:
     """Site keys: a JSON list inline (`[{"id": ..., "secret": ..., "origins": [...]}]`) or the path of a JSON file
     holding one. When set, every session needs a token signed with one of them (`voxline.server.auth`)."""
     allowed_origins: str = ""
-    """Comma-separated origins (`https://shop.example`) whose pages may open `/ws`; empty = any origin, or, with
-    site keys, the origins of the keys. A client that sends no `Origin` (not a browser) is not refused by it."""
+    """Comma-separated origins (`https://shop.example`) whose pages may open `/ws`, besides the server's own origin
+    (its demo page); empty = the server's own origin only, plus, with site keys, the origins of the keys; `*` = any
+    origin. A client that sends no `Origin` (not a browser) is not refused by it."""
     token_ttl_s: float = DEFAULT_TOKEN_TTL_S
     """Lifetime of the tokens that `/token` and `voxline token mint` issue."""
     token_requests_per_minute: float = DEFAULT_TOKEN_REQUESTS_PER_MINUTE
@@ -95,6 +100,23 @@ class Settings:
     """Everything waiting for a reader beyond which the connection is dropped: the client does not read at all."""
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
     """On SIGTERM, how long turns in flight may take to finish before they are cut (and said to be)."""
+    audio_idle_timeout_s: float = DEFAULT_AUDIO_IDLE_TIMEOUT_S
+    """A turn whose audio upload (after `turn.start` with audio) gets no frame for this long is dropped and the
+    connection closed (4408): a page sends a turn's packets at once, a live client every 20-100 ms."""
+    forwarded_allow_ips: str = ""
+    """Proxies (comma-separated IPs or CIDR networks, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` and
+    `X-Forwarded-Proto` give the client's address and scheme; empty = trust no forwarded header (the peer's address
+    counts), `*` = trust any peer (only when nothing but the proxy can reach the port). docs/deploy.md."""
+    http_request_timeout_s: float = DEFAULT_HTTP_REQUEST_TIMEOUT_S
+    """A request's head and body must arrive within this long (from the connection or its first byte), else the
+    connection is closed: a silent socket or a slowly sent request holds nothing for long (slowloris)."""
+    http_keep_alive_timeout_s: float = DEFAULT_HTTP_KEEP_ALIVE_TIMEOUT_S
+    """An idle keep-alive HTTP connection is closed after this long."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Open TCP connections (HTTP and WebSocket) per server process; one over it is closed at once; 0 = no cap."""
+    health_details: bool = False
+    """`/healthz` with the version, the process id and every model's digests; off = only the status and each
+    model's verified/loaded flags (what a load balancer needs), since anyone can read `/healthz`."""
     web_dir: Path = REPO_ROOT / "web"
     node_modules_dir: Path = REPO_ROOT / "node_modules"
     # Serving under load (see voxline/scheduler.py for what each number means).

@@ -2,6 +2,11 @@
 
 Two moments decide. At the handshake (`Gate.admit`) the server knows the page's `Origin` and the client's address:
 an origin off the allowlist is refused (4403), and so is an address already holding its share of sessions (4429).
+The allowlist always holds the server's own origin (the `Origin` whose host and port are the request's `Host`: its
+demo page), then `Settings.allowed_origins`, or without it the site keys' origins; `*` admits every origin. So a
+server started with no settings serves its own page and native clients (no `Origin`), and no page of another site
+can drive a user's local server. Against DNS rebinding (a hostile name resolved to 127.0.0.1, whose pages are then
+"same origin"), a server bound to a loopback address takes as its own only origins on a loopback host.
 At `hello` (`Gate.authenticate`) it has the token: with site keys configured it must be valid for that origin
 (4401, or 4403 when the key does not list the origin), and the key must have a session to spare (4429). A server
 with no site keys and no `auth_token` is open, as for local use; with only `auth_token` (the single shared token
@@ -19,6 +24,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from voxline.config import Settings
 from voxline.errors import OriginNotAllowed, TooManySessions, Unauthenticated, Unauthorized
@@ -34,7 +40,37 @@ class Peer:
     origin: str | None = None
     """The `Origin` header: the page's origin for a browser, None for other clients."""
     address: str | None = None
-    """The client's IP address (the proxy's, unless uvicorn trusts its forwarded headers)."""
+    """The client's IP address (the proxy's, unless uvicorn trusts its forwarded headers: `forwarded_allow_ips`)."""
+    host: str | None = None
+    """The request's `Host` header (`127.0.0.1:8000`): what the server's own origin is for this connection."""
+
+
+ANY_ORIGIN = "*"
+"""`Settings.allowed_origins` entry that admits pages of every origin."""
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+"""Host names a loopback-bound server answers to as itself (any 127.x.y.z address too)."""
+
+
+def _hostname(origin: str) -> str:
+    return urlsplit(origin).hostname or ""
+
+
+def _is_loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def own_origin(origin: str, host: str | None, *, loopback_only: bool = False) -> bool:
+    """Whether `origin` is the server's own for a request with this `Host` header (same scheme-default port)."""
+    if not host:
+        return False
+    try:
+        mine = normalize_origin(origin)
+        scheme = mine.split("://", 1)[0]
+        theirs = normalize_origin(f"{scheme}://{host}")
+    except ValueError:
+        return False
+    return mine == theirs and (not loopback_only or _is_loopback(_hostname(mine)))
 
 
 class Gate:
@@ -43,10 +79,13 @@ class Gate:
     def __init__(self, settings: Settings, keys: Mapping[str, SiteKey] | None = None) -> None:
         self.settings = settings
         self.keys = dict(load_site_keys(settings.site_keys) if keys is None else keys)
-        listed = frozenset(normalize_origin(o) for o in settings.allowed_origins.split(",") if o.strip())
-        self.origins: frozenset[str] | None = listed or (
-            frozenset().union(*(k.origins for k in self.keys.values())) if self.keys else None)
-        """Origins whose pages may connect; None admits any."""
+        entries = [o.strip() for o in settings.allowed_origins.split(",") if o.strip()]
+        listed = frozenset(normalize_origin(o) for o in entries if o != ANY_ORIGIN)
+        self.origins: frozenset[str] | None = None if ANY_ORIGIN in entries else listed or frozenset().union(
+            *(k.origins for k in self.keys.values()))
+        """Origins whose pages may connect besides the server's own; None admits any."""
+        self.loopback_only = _is_loopback(settings.host)
+        """Bound to a loopback address: only a loopback `Host` makes an origin the server's own (DNS rebinding)."""
         self._sessions: dict[str, tuple[Peer, str | None]] = {}
         self._per_address: Counter[str] = Counter()
         self._per_key: Counter[str] = Counter()
@@ -57,7 +96,7 @@ class Gate:
 
     def admit(self, session_id: str, peer: Peer) -> None:
         """A new connection: refuse it (`OriginNotAllowed`, `TooManySessions`) or count it in."""
-        if peer.origin is not None and self.origins is not None and peer.origin not in self.origins:
+        if peer.origin is not None and not self.allows_origin(peer):
             self._refuse(OriginNotAllowed(f"pages from {peer.origin} may not use this server"), peer)
         cap = self.settings.max_sessions_per_address
         if peer.address is not None and cap and self._per_address[peer.address] >= cap:
@@ -66,6 +105,12 @@ class Gate:
         self._sessions[session_id] = (peer, None)
         if peer.address is not None:
             self._per_address[peer.address] += 1
+
+    def allows_origin(self, peer: Peer) -> bool:
+        """Whether a page of `peer.origin` may open a session (a client without an `Origin` is not asked)."""
+        if self.origins is None or peer.origin in self.origins:
+            return True
+        return own_origin(peer.origin, peer.host, loopback_only=self.loopback_only)
 
     def authenticate(self, session_id: str, token: str | None) -> SiteKey | None:
         """The `hello` of an admitted session: its site key (None when the server has none, or for the shared

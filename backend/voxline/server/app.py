@@ -1,7 +1,9 @@
 """The Voxline web app: the demo page, the browser models, health and metrics.
 
-Browser models are served straight from the model cache, and only the files the manifest pins, so the URL space
-cannot reach anything else in the cache.
+Browser models are served from memory, as hashed against the manifest at startup (`StartupVerification`), and only
+the files the manifest pins, so the URL space cannot reach anything else in the cache and an altered file is never
+sent. The server models are hashed before they are loaded. Static files are served only where the page or the
+widget loads them: the web app without its tests, and only the files of onnxruntime-web and Pyodide it fetches.
 """
 
 from __future__ import annotations
@@ -9,19 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import mimetypes
 import os
 import tempfile
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
@@ -29,7 +33,7 @@ from voxline import __version__, paths
 from voxline.config import Settings
 from voxline.errors import VoxlineError
 from voxline.models import Manifest, load_manifest
-from voxline.models.supply import is_current, require_models
+from voxline.models.supply import StartupVerification, require_models
 from voxline.server.admission import Gate
 from voxline.server.cors import CrossOriginMiddleware
 from voxline.server.drain import Drain
@@ -40,6 +44,8 @@ from voxline.server.token_endpoint import token_routes
 from voxline.server.widget import widget_routes
 from voxline.server.ws import websocket_endpoint
 from voxline.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
 
 # Module scripts and wasm must carry these types or browsers refuse them (Python 3.11 does not know .mjs).
 mimetypes.add_type("text/javascript", ".mjs")
@@ -90,6 +96,38 @@ class IntentsWheel:
                 "grammar_version": self.grammar_version}
 
 
+ONNXRUNTIME_FILES = frozenset({"ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"})
+"""What the page's onnxruntime-web (web/voxline/ort.js: the wasm build, its threaded glue and binary) fetches."""
+PYODIDE_FILES = frozenset({"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
+                           "pyodide-lock.json"})
+"""What `loadPyodide` fetches for the intents worker (no packages: the engine comes as our own wheel). Pyodide's
+`console.html` and the rest of its folder are not served."""
+WEB_EXCLUDED_FOLDERS = frozenset({"tests"})
+"""Folders of web/ that no page loads (node's unit tests of the modules)."""
+
+
+class ListedFiles(StaticFiles):
+    """StaticFiles that serves only the named files of its folder."""
+
+    def __init__(self, *, directory: Path, files: frozenset[str]) -> None:
+        super().__init__(directory=directory)
+        self.files = files
+
+    async def get_response(self, path: str, scope) -> Response:
+        if path not in self.files:
+            raise HTTPException(404, "not served")
+        return await super().get_response(path, scope)
+
+
+class WebFiles(StaticFiles):
+    """The web app's folder, without the folders no page loads."""
+
+    async def get_response(self, path: str, scope) -> Response:
+        if path.replace("\\", "/").split("/", 1)[0] in WEB_EXCLUDED_FOLDERS:
+            raise HTTPException(404, "not served")
+        return await super().get_response(path, scope)
+
+
 def _require_dirs(settings: Settings) -> None:
     for folder in (settings.web_dir, settings.node_modules_dir / "onnxruntime-web" / "dist"):
         if not folder.is_dir():
@@ -105,7 +143,8 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     settings = settings or Settings.from_env()
     manifest = manifest or load_manifest()
     browser_models = [m.name for m in manifest.models if m.browser]
-    require_models(manifest, browser_models + settings.server_models())
+    require_models(manifest, browser_models + settings.server_models())  # present at all (fast, by the stamps)
+    verification = StartupVerification(manifest, served=browser_models, loaded=settings.server_models())
     _require_dirs(settings)
     started = time.time()
     telemetry = telemetry or Telemetry.from_settings(settings.otlp_endpoint)
@@ -116,21 +155,22 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     loaded: dict[str, bool] = {}
 
     async def healthz(request: Request) -> JSONResponse:
+        # Public: anyone can read it, so by default only what a load balancer needs (no pid, version or digests).
         models = []
         for spec in manifest.models:
             if spec.name not in browser_models and spec.name not in settings.server_models():
                 continue
-            models.append({
-                "name": spec.name,
-                "role": spec.role,
-                "artifacts": spec.artifacts,
-                "verified": is_current(spec),
-                "served_to_browser": spec.browser,
-                "loaded": loaded.get(spec.name, False),
-            })
-        status = "ok" if all(m["verified"] for m in models) else "degraded"
-        return JSONResponse({"status": status, "version": __version__, "pid": os.getpid(), "models": models},
-                            status_code=200 if status == "ok" else 503)
+            model = {"name": spec.name, "verified": verification.verified(spec.name),
+                     "loaded": loaded.get(spec.name, False)}
+            if settings.health_details:
+                model.update(role=spec.role, artifacts=spec.artifacts, served_to_browser=spec.browser)
+            models.append(model)
+        verified = [m["verified"] for m in models]
+        status = "ok" if all(verified) else "starting" if None in verified and False not in verified else "degraded"
+        body = {"status": status, "models": models}
+        if settings.health_details:
+            body.update(version=__version__, pid=os.getpid())
+        return JSONResponse(body, status_code=200 if status == "ok" else 503, headers={"cache-control": "no-store"})
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -138,12 +178,18 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     async def models_manifest(request: Request) -> JSONResponse:
         return JSONResponse(browser_manifest(manifest), headers={"cache-control": "no-cache"})
 
-    async def model_file(request: Request) -> FileResponse:
+    async def model_file(request: Request) -> Response:
         name, artifact = request.path_params["name"], request.path_params["artifact"]
         if name not in browser_models or artifact not in manifest.model(name).artifacts:
             raise HTTPException(404, f"no browser model file {name}/{artifact}")
+        check = await asyncio.wrap_future(verification.futures[name])
+        if not check.verified:
+            raise HTTPException(503, f"model {name} differs from its pinned digest and is not served: run "
+                                     "`voxline models fetch`, then restart the server")
         # Content-addressed by the manifest digest: the browser may keep it as long as the digest is unchanged.
-        return FileResponse(paths.model_dir(name) / artifact, headers={"cache-control": "public, max-age=3600"})
+        media_type = mimetypes.guess_type(artifact)[0] or "application/octet-stream"
+        return Response(check.contents[artifact], media_type=media_type,
+                        headers={"cache-control": "public, max-age=3600"})
 
     intents_wheel = IntentsWheel.build()
 
@@ -159,6 +205,11 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         # Loaded once per process, before the first connection is accepted, and shared by every session.
+        # The server models are loaded only as hashed: an altered file stops startup here, naming the fix.
+        checks = await asyncio.to_thread(verification.require, settings.server_models())
+        log.info("verified the served and loaded models in %.2f s of startup (%s)", time.monotonic() -
+                 verification.started, ", ".join(f"{c.name} {c.size_bytes >> 20} MiB in {c.seconds:.2f} s"
+                                                  for c in checks))
         load = Engines.load
         if settings.engine == "ray":  # the models as Ray Serve deployments (docs/deploy.md)
             from voxline.ray_engine import load_engines as load
@@ -189,9 +240,10 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         Route("/wasm_models/{name}/{artifact}", model_file),
         *widget_routes(),
         *token_routes(gate, settings),
-        Mount("/vendor/onnxruntime-web", StaticFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist")),
-        Mount("/vendor/pyodide", StaticFiles(directory=settings.node_modules_dir / "pyodide")),
-        Mount("/", StaticFiles(directory=settings.web_dir, html=True)),
+        Mount("/vendor/onnxruntime-web", ListedFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist",
+                                                     files=ONNXRUNTIME_FILES)),
+        Mount("/vendor/pyodide", ListedFiles(directory=settings.node_modules_dir / "pyodide", files=PYODIDE_FILES)),
+        Mount("/", WebFiles(directory=settings.web_dir, html=True)),
     ]
     middleware = [Middleware(IsolationHeadersMiddleware), Middleware(CrossOriginMiddleware)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)

@@ -64,10 +64,10 @@ class Drain:
                                         "moment")
         for session in list(self.sessions.values()):
             session.refusal = turn_refusal
-        busy = [s.id for s in self.sessions.values() if s.turn is not None]
+        busy = [s.id for s in self.sessions.values() if _in_flight(s)]
         log.info("draining: %d sessions, %d turns in flight, up to %.1f s", len(self.sessions), len(busy),
                  self.timeout_s)
-        while any(s.turn is not None for s in self.sessions.values()) and loop.time() < deadline:
+        while any(_in_flight(s) for s in self.sessions.values()) and loop.time() < deadline:
             await asyncio.sleep(DRAIN_POLL_S)
         for session in list(self.sessions.values()):
             if session.turn is not None:
@@ -121,6 +121,12 @@ class Drain:
             then()
 
         self.task.add_done_callback(done)
+
+
+def _in_flight(session: Session) -> bool:
+    """A turn the server is working on. One still receiving its audio is not waited for: it would be refused
+    (`session.refusal`) when its audio ends anyway, and a client that never ends it must not hold the shutdown."""
+    return session.turn is not None and session.state.value != "receiving_audio"
 
 
 def _forward(handler: object, signum: int, frame: FrameType | None) -> None:

@@ -78,6 +78,13 @@ MAX_TURN_AUDIO_SECONDS = 30.0
 """Longest turn audio accepted for server re-recognition (Whisper's window)."""
 PCM16_UPLINK_RATE_HZ = 16_000
 """Sample rate of `pcm16` uplink audio (mono, 16-bit little-endian)."""
+OPUS_MAX_BITRATE_BPS = 510_000
+"""The highest bitrate Opus has (RFC 6716): no honest encoder fills more bytes per second than this."""
+MAX_OPUS_TURN_BYTES = int(MAX_TURN_AUDIO_SECONDS * OPUS_MAX_BITRATE_BPS / 8)
+"""Opus bytes one turn may upload (1.9 MB: `MAX_TURN_AUDIO_SECONDS` at Opus' top bitrate; a page's 32 kbit/s
+turn of 30 s is 120 kB). Frames past it are dropped with one `limit_exceeded`."""
+MAX_PCM16_TURN_BYTES = int(MAX_TURN_AUDIO_SECONDS * PCM16_UPLINK_RATE_HZ * 2)
+"""PCM16 bytes one turn may upload: `MAX_TURN_AUDIO_SECONDS` of samples (960 kB)."""
 MAX_FRAME_BYTES = 1024 * 1024
 """Largest WebSocket frame a client may send, for the server to give uvicorn as `ws_max_size`: above any text frame
 (`MAX_TEXT_FRAME_BYTES`) and above `MAX_TURN_AUDIO_SECONDS` of PCM16 in one binary frame (960 kB plus its header).
@@ -207,6 +214,8 @@ class Transcript(msgspec.Struct, frozen=True, tag="transcript", tag_field="type"
     turn_id: int
     text: str
     source: str = "server"
+    confidence: float | None = None
+    """0..1 from Whisper's token probabilities (voxline/server_asr.py); absent from older servers."""
 
 
 class IntentMessage(msgspec.Struct, frozen=True, tag="intent", tag_field="type"):

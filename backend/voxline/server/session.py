@@ -58,6 +58,7 @@ from voxline.scheduler import SchedulerConfig, Ticket, TurnScheduler
 from voxline.server import protocol as p
 from voxline.server.admission import Gate, Peer
 from voxline.server.auth import SiteKey
+from voxline.server.limits import TurnAudioBudget
 from voxline.server.metrics import ServerMetrics
 from voxline.server.resolver import IntentResolver
 from voxline.server_asr import ServerASR, decode_opus, decode_pcm16
@@ -78,9 +79,8 @@ FIRST_CLAUSE_MAX_WORDS = 5
 the first token, instead of one whole sentence (on a 2-core CPU, Qwen 0.5B writes ~20 tokens a second)."""
 REPLY_FRAME_MS = 200
 """Reply audio is sent in frames of this length: small enough that a barge-in drops most of an unsent clause."""
-MAX_OPUS_PACKETS = int(p.MAX_TURN_AUDIO_SECONDS * 1000 / 20)
-"""WebCodecs emits 20 ms Opus packets: this many cover `MAX_TURN_AUDIO_SECONDS`."""
-MAX_PCM16_BYTES = int(p.MAX_TURN_AUDIO_SECONDS * p.PCM16_UPLINK_RATE_HZ * 2)
+MAX_PCM16_BYTES = p.MAX_PCM16_TURN_BYTES
+"""Turn audio is bounded by duration and bytes together: see `TurnAudioBudget` (limits.py)."""
 
 
 class SessionState(enum.Enum):
@@ -286,6 +286,8 @@ class Turn:
     opus: p.OpusConfig | None = None
     chunks: list[bytes] = field(default_factory=list)
     audio_bytes: int = 0
+    audio_budget: TurnAudioBudget | None = None
+    """How much of `MAX_TURN_AUDIO_SECONDS` (and of its byte bound) the uploaded audio has used."""
     audio_overflow: bool = False
     kind: str | None = None
     """"llm" once the LLM is asked, "intent" when the grammar answered; None before either."""
@@ -487,13 +489,12 @@ class Session:
                              "frames, as turn.start said")
         if turn.audio_overflow:
             return
-        full = len(turn.chunks) >= MAX_OPUS_PACKETS if turn.audio == "opus" else (
-            turn.audio_bytes + len(frame.payload) > MAX_PCM16_BYTES)
-        if full:
+        budget = turn.audio_budget = turn.audio_budget or TurnAudioBudget(turn.audio)
+        if not budget.take(frame.payload):
             # Keep what fits and go on: the first 30 s are still worth recognising; say so once.
             turn.audio_overflow = True
-            raise LimitExceeded(f"turn audio is over {p.MAX_TURN_AUDIO_SECONDS:g} s; the rest is ignored (send "
-                                "turn.audio_end sooner)")
+            raise LimitExceeded(f"turn audio is over {p.MAX_TURN_AUDIO_SECONDS:g} s or {budget.max_bytes} bytes; "
+                                "the rest is ignored (send turn.audio_end sooner)")
         turn.chunks.append(frame.payload)
         turn.audio_bytes += len(frame.payload)
 
@@ -688,6 +689,7 @@ class Session:
             self.history.add(turn.text, reply)
         self._send(p.ReplyDone(turn_id=turn.turn_id, text=reply, interrupted=interrupted))
         self.outbox.put(Outbound(lambda: self._timings(turn, interrupted)))
+        turn.chunks = []  # its audio is spent: `last_turn` outlives the turn, the uploaded audio must not
         self.turn, self.last_turn = None, turn
         self.state = SessionState.LISTENING
 

@@ -43,7 +43,8 @@ async def websocket_endpoint(websocket: WebSocket) -> None:
     engines: Engines = state.engines
     gate = _gate(state, engines.settings)
     drain: Drain | None = getattr(state, "drain", None)
-    peer = Peer(origin=websocket.headers.get("origin"), address=websocket.client.host if websocket.client else None)
+    peer = Peer(origin=websocket.headers.get("origin"), address=websocket.client.host if websocket.client else None,
+                host=websocket.headers.get("host"))
     await websocket.accept()
     session_id = uuid.uuid4().hex[:16]
     try:
@@ -152,12 +153,20 @@ async def _watch_idle(session: Session, budget: FrameBudget, clock: IdleClock) -
                 f"no message for {clock.idle_timeout_s:g} s: the connection closes in {clock.idle_grace_s:g} s "
                 "unless the client sends one (reconnect when there is a turn to send)"))
         elif verdict is Silence.CLOSE:
-            handshake = session.state is SessionState.HANDSHAKE
-            log.info("session %s closed: idle (%s)", session.id, "no hello" if handshake else "silent listener")
+            state = session.state
+            log.info("session %s closed: idle (%s)", session.id, {
+                SessionState.HANDSHAKE: "no hello", SessionState.RECEIVING_AUDIO: "audio upload stalled"}.get(
+                state, "silent listener"))
             session.engines.metrics.reject(IdleTimeout.code)
-            session.end(IdleTimeout(f"no hello within {clock.hello_timeout_s:g} s of connecting" if handshake else
-                                    f"no message for {clock.idle_timeout_s + clock.idle_grace_s:g} s: closing"),
-                        p.CLOSE_IDLE_TIMEOUT)
+            if state is SessionState.HANDSHAKE:
+                reason = f"no hello within {clock.hello_timeout_s:g} s of connecting"
+            elif state is SessionState.RECEIVING_AUDIO:
+                # The turn never finished arriving, so it goes unanswered; closing the session drops it.
+                reason = (f"no audio frame of turn {session.turn.turn_id} for {clock.audio_idle_timeout_s:g} s: "
+                          "the turn is dropped and the connection closed (send turn.audio_end when the audio ends)")
+            else:
+                reason = f"no message for {clock.idle_timeout_s + clock.idle_grace_s:g} s: closing"
+            session.end(IdleTimeout(reason), p.CLOSE_IDLE_TIMEOUT)
             return
 
 
