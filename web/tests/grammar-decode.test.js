@@ -87,3 +87,18 @@ test('folded tokens compare readings without case, space or punctuation', () => 
   assert.equal(foldToken(' 30%'), '30%');
   assert.equal(foldToken('.'), '');
 });
+
+test('short commands for the decoder prompt: one per intent first, no skip words, no slots', () => {
+  const lexicon = {
+    ...LEXICON, root: 14,
+    nodes: [...LEXICON.nodes.map((n, i) => (i === 0 ? { w: { please: [0], pause: [2], volume: [4], play: [7] } } : n)),
+      /* 14 root */ { w: { pause: [2], volume: [4], play: [7], halt: [15] } },
+      /* 15 */ { e: 1, i: ['media.pause'] }],
+  };
+  lexicon.nodes[2] = { ...lexicon.nodes[2], i: ['media.pause'] };
+  lexicon.nodes[12] = { ...lexicon.nodes[12], i: ['media.pause'] };
+  const sentences = new CommandGraph(lexicon).shortCommands().map((s) => s.join(' '));
+  // "halt" is media.pause's first (in word order); "pause" follows as another first word; never "please", never
+  // "pause the music" (its first word is taken), never "volume to {level}" or "play ..." (a slot, free text).
+  assert.deepEqual(sentences, ['halt', 'pause']);
+});

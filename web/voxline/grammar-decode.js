@@ -19,7 +19,8 @@ const WORD_CHAR = /[\p{L}\p{N}\p{M}]/u;
 
 /**
  * @typedef {{w?: Record<string, number[]>, e?: 1, f?: 1, c?: [number, number][], r?: 1}} LexiconNode
- * @typedef {{format: number, version: string, lang: string, start: number, tail: number, nodes: LexiconNode[]}} Lexicon
+ * @typedef {{format: number, version: string, lang: string, start: number, root: number, tail: number,
+ *   nodes: LexiconNode[]}} Lexicon
  * @typedef {{pairs: [number, number][], word: string}} GraphState  pairs: (node, return node) after closure
  */
 
@@ -32,6 +33,7 @@ export class CommandGraph {
     this.version = lexicon.version;
     this.nodes = lexicon.nodes;
     this.tail = lexicon.tail;
+    this.root = lexicon.root ?? lexicon.start;
     /** Each node's words, sorted, for prefix checks by binary search. */
     this.sortedWords = this.nodes.map((n) => Object.keys(n.w ?? {}).sort());
     this.initial = { pairs: this.#closure([[lexicon.start, NO_RETURN]]), word: '' };
@@ -75,6 +77,53 @@ export class CommandGraph {
   complete(state) {
     const pairs = state.word ? this.#step(state.pairs, state.word) : state.pairs;
     return pairs.some(([node, ret]) => node === FREE || (ret === NO_RETURN && this.nodes[node].e === 1));
+  }
+
+  /**
+   * Short commands of the graph to show Whisper in a decoder prompt: first the shortest of each intent, then
+   * others, at most one per first word, fewest words first. Slots, free text and skip words are left out.
+   * @returns {string[][]} each a sentence as its words
+   */
+  shortCommands({ maxWords = 3 } = {}) {
+    const perIntent = [];
+    const others = [];
+    const intents = new Set();
+    const firstWords = new Set();
+    let frontier = [[[this.root], []]];
+    for (let depth = 1; depth <= maxWords; depth++) {
+      const next = [];
+      for (const [nodes, words] of frontier) {
+        const options = new Map();
+        for (const node of nodes) {
+          for (const [word, targets] of Object.entries(this.nodes[node].w ?? {})) {
+            if (!options.has(word)) options.set(word, new Set());
+            for (const t of targets) options.get(word).add(t);
+          }
+        }
+        for (const [word, targets] of [...options].sort(([a], [b]) => (a < b ? -1 : 1))) {
+          const sentence = [...words, word];
+          const ends = [...targets].filter((t) => this.nodes[t].e === 1 && t !== this.tail);
+          const fresh = ends.flatMap((t) => this.nodes[t].i ?? []).filter((name) => !intents.has(name));
+          if (fresh.length) {
+            perIntent.push(sentence);
+            for (const name of fresh) intents.add(name);
+          } else if (ends.length && !firstWords.has(sentence[0])) {
+            others.push(sentence);
+          }
+          if (ends.length) firstWords.add(sentence[0]);
+          next.push([[...targets], sentence]);
+        }
+      }
+      frontier = next;
+    }
+    return [...perIntent, ...others];
+  }
+
+  /** Whether free text (a wildcard slot) took part in reaching `state`: then the graph vouches for less. */
+  usesFreeText(state) {
+    const pairs = state.word ? this.#step(state.pairs, state.word) : state.pairs;
+    const exact = pairs.some(([node, ret]) => node !== FREE && ret === NO_RETURN && this.nodes[node].e === 1);
+    return !exact && pairs.some(([node]) => node === FREE);
   }
 
   /** Whether a word beginning with `prefix` can come next. */

@@ -21,6 +21,8 @@ import { foldToken } from './grammar-decode.js';
 export const REPEAT_NGRAM = 3;
 /** Candidate tokens kept per decoder step: the alternatives a command reading may take at that step. */
 export const TOP_CANDIDATES = 16;
+/** Length of the command prompt (tokens of earlier text): each costs a little of the first decoder step. */
+export const DEFAULT_PROMPT_TOKENS = 64;
 const HAS_WORD = /[\p{L}\p{N}]/u;
 
 /** GPT-2's byte-level alphabet: printable bytes map to themselves, the others to U+0100 onwards. */
@@ -93,9 +95,34 @@ export class Whisper {
     this.folds = new Map();
   }
 
-  /** Constrain command readings to `graph` (null: free decoding only). */
-  setGraph(graph) {
+  /**
+   * Constrain command readings to `graph` (null: free decoding only), and prompt command decodes with its short
+   * commands (at most `promptTokens` tokens).
+   */
+  setGraph(graph, promptTokens = DEFAULT_PROMPT_TOKENS) {
     this.graph = graph;
+    this.commandPrompt = graph ? this.#commandPrompt(graph, promptTokens) : null;
+  }
+
+  /**
+   * `<|startofprev|>` and short commands of the graph as earlier text ("Pause. Next. Lights off. ..."), then the
+   * usual prompt: Whisper then expects that vocabulary. Only words that are one token each are used (the page has
+   * no BPE encoder); the rest of the grammar still constrains the reading.
+   */
+  #commandPrompt(graph, maxTokens) {
+    const special = this.table.special;
+    if (special.startofprev == null) return null;
+    this.tokenIds ??= new Map(this.tokenizer.tokens.map((token, id) => [token, id]));
+    const period = this.tokenIds.get('.');
+    const wordId = (word, capital) => this.tokenIds.get('\u0120' + (capital ? word[0].toUpperCase() + word.slice(1) : word));
+    const ids = [];
+    for (const sentence of graph.shortCommands()) {
+      const spelled = sentence.map((word, i) => wordId(word, i === 0) ?? (i === 0 ? wordId(word, false) : undefined));
+      if (spelled.some((id) => id === undefined)) continue;
+      if (ids.length + spelled.length + 1 > maxTokens) break;
+      ids.push(...spelled, period);
+    }
+    return ids.length ? [special.startofprev, ...ids, ...this.table.prompt] : null;
   }
 
   /** The text of one token as it adds to a transcript (leading space kept; U+FFFD for a partial character). */
@@ -140,17 +167,35 @@ export class Whisper {
       this.dims.max_new_tokens,
       Math.ceil((settings.tokensPerSec * audio.length) / this.dims.sample_rate) + settings.tokenSlack,
     );
-    const result = await this.#decode(cross_k, cross_v, budget, cancelled);
-    if (result.cancelled) return result;
-    const { states, logprobs, eotLogprob, ...free } = result;
-    const decodedAt = performance.now();
-    const command = settings.grammarDecode && this.graph
-      ? await this.#commandReading({ ...free, logprobs, eotLogprob }, states, cross_k, cross_v, budget, settings, cancelled)
-      : null;
+    const timing = () => ({ encodeMs, decodeMs: performance.now() - t0 - encodeMs, totalMs: performance.now() - t0,
+      windowSecs: window.length / this.dims.sample_rate });
+    const grammar = settings.grammarDecode && this.graph;
+    // A short utterance is most likely a command: decode it prompted with the grammar's commands first, and
+    // decode freely (for the server) only when that gives no confident command reading.
+    if (grammar && this.commandPrompt && audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate) {
+      const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
+      if (prompted.cancelled) return prompted;
+      if (prompted.command && prompted.command.confidence >= settings.commandMinConfidence) {
+        return { ...prompted, prompted: true, ...timing() };
+      }
+    }
+    const free = grammar ? await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled)
+      : await this.#decode(cross_k, cross_v, this.table.prompt, budget, cancelled);
+    if (free.cancelled) return free;
+    const { states, logprobs, eotLogprob, ...result } = free;
+    return { command: null, ...result, prompted: false, ...timing() };
+  }
+
+  /** A decode after `prompt` and its command reading. */
+  async #read(prompt, crossK, crossV, budget, settings, cancelled) {
+    const decoded = await this.#decode(crossK, crossV, prompt, budget, cancelled);
+    if (decoded.cancelled) return decoded;
+    const { states, logprobs, eotLogprob, ...free } = decoded;
+    const since = performance.now();
+    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled);
     if (command?.cancelled) return command;
-    if (command) command.ms = performance.now() - decodedAt;
-    return { ...free, command, encodeMs, decodeMs: decodedAt - t0 - encodeMs, totalMs: performance.now() - t0,
-      windowSecs: window.length / this.dims.sample_rate };
+    if (command) command.ms = performance.now() - since;
+    return { ...free, command };
   }
 
   async #step(input, pastK, pastV, crossK, crossV) {
@@ -160,12 +205,12 @@ export class Whisper {
     });
   }
 
-  async #decode(crossK, crossV, budget, cancelled) {
+  async #decode(crossK, crossV, prompt, budget, cancelled) {
     const { layers, heads, head_dim: headDim } = this.dims;
     const emptyCache = () => new this.ort.Tensor('float32', new Float32Array(0), [layers, 1, heads, 0, headDim]);
     let pastK = emptyCache();
     let pastV = emptyCache();
-    let input = this.table.prompt;
+    let input = prompt;
     const ids = [];
     const logprobs = [];
     /** Per step: the decoder state after its input, and the candidates for the token it predicts. */
@@ -225,7 +270,7 @@ export class Whisper {
     const chosen = free.logprobs.slice(0, agreed);
     const tops = steps.slice(0, agreed).map((s) => s.top);
     if (agreed === free.ids.length && free.eotLogprob !== null && graph.complete(state)) {
-      return this.#reading(ids, chosen, tops, 0, false);
+      return this.#reading(ids, chosen, tops, 0, false, state);
     }
     let floor = freeTotal - settings.grammarMaxMarginNats;
     let root;
@@ -271,21 +316,31 @@ export class Whisper {
           pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top });
       }
     }
-    return best && this.#reading(best.ids, best.chosen, best.tops, best.total - freeTotal, true, runs);
+    return best && this.#reading(best.ids, best.chosen, best.tops, best.total - freeTotal, true, best.state, runs);
   }
 
-  #reading(ids, logprobs, tops, margin, constrained, extraSteps = 0) {
-    let sum = 0, words = 0;
+  /**
+   * A command reading and its command confidence: the geometric mean over word tokens of each word's grouped
+   * probability, times exp(½ · margin) when the reading is less likely than the free decode (the model's own
+   * odds against it, softened). Free text (a wildcard) has no spelling the grammar can vouch for, so there the
+   * plain token probabilities count, as in word confidence.
+   */
+  #reading(ids, logprobs, tops, margin, constrained, state, extraSteps = 0) {
+    let grouped = 0, plain = 0, words = 0;
     ids.forEach((id, i) => {
       const word = this.#fold(id);
       if (!word) return;
       let mass = 0;
       for (const c of tops[i]) if (this.#fold(c.id) === word) mass += Math.exp(c.logprob);
-      sum += Math.log(Math.max(mass, Math.exp(logprobs[i])));
+      grouped += Math.log(Math.max(mass, Math.exp(logprobs[i])));
+      plain += logprobs[i];
       words++;
     });
-    const confidence = words ? Math.exp(sum / words) : 0;
-    return { text: this.tokenizer.decode(ids), confidence, margin, constrained, steps: extraSteps };
+    if (!words) return null;
+    const free = this.graph.usesFreeText(state);
+    const spelled = Math.exp((free ? plain : grouped) / words);
+    const confidence = spelled * Math.exp(0.5 * Math.min(0, margin));
+    return { text: this.tokenizer.decode(ids), confidence, margin, constrained, freeText: free, steps: extraSteps };
   }
 
   /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */

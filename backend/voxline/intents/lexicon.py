@@ -4,9 +4,10 @@ The browser's Whisper decodes freely and, where the free transcript is not a com
 the sentences of the grammar (`web/voxline/grammar-decode.js`); the two readings' likelihoods decide whether the
 user said a command. This module turns a language's template trie into the graph that decoder walks.
 
-Layout (JSON-able, compact): ``{"format", "version", "lang", "start", "tail", "nodes"}``; ``start`` is where a
-sentence begins and ``tail`` where skip words after a complete command are read (every node marked ``e`` goes on
-as ``tail`` does); ``nodes`` is a list, each node a dict with any of
+Layout (JSON-able, compact): ``{"format", "version", "lang", "start", "root", "tail", "nodes"}``; ``start`` is
+where a sentence begins (skip words first, then as ``root``, where the templates begin), and ``tail`` where skip
+words after a complete command are read (every node marked ``e`` goes on as ``tail`` does); ``nodes`` is a list,
+each node a dict with any of
 
 - ``w``: ``{word: [node, ...]}``, the words that may come next (several targets: the graph is nondeterministic);
 - ``e``: 1 when a command may end here;
@@ -14,7 +15,8 @@ as ``tail`` does); ``nodes`` is a list, each node a dict with any of
 - ``c``: ``[[entry, return], ...]``, slot calls: the slot's own sub-graph is entered at ``entry`` and, at any of
   its nodes marked ``r``, the walk goes on at ``return``. A slot's sub-graph is built once and shared by every
   template that uses the slot (calls do not nest);
-- ``r``: 1 on a sub-graph node where a slot value is complete.
+- ``r``: 1 on a sub-graph node where a slot value is complete;
+- ``i``: on a node where commands end, their intent names (a decoder prompt shows one short command of each).
 
 Slot sub-graphs spell their values: a closed list its synonyms; a number its digits and English words; a
 duration the common spoken forms ("ten minutes", "an hour and a half", "90 seconds"), each one kept only if the
@@ -132,7 +134,7 @@ class _Builder:
         root = self._visit(self.language.trie.root)
         self._link(start, root)
         return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": start,
-                "tail": skip_tail, "nodes": self.nodes}
+                "root": root, "tail": skip_tail, "nodes": self.nodes}
 
     def _new(self, *, end: bool = False) -> int:
         self.nodes.append({"e": 1} if end else {})
@@ -168,6 +170,8 @@ class _Builder:
         if known is not None:
             return known
         index = self.ids[id(trie_node)] = self._new(end=bool(trie_node.ends))
+        if trie_node.ends:
+            self.nodes[index]["i"] = sorted({self.language.templates[end.template].intent for end in trie_node.ends})
         for word, child in sorted(trie_node.words.items()):
             self._edge(index, word, self._visit(child))
         for slot, child in sorted(trie_node.slots.items(), key=lambda item: (item[0].name, item[0].list_name)):
