@@ -146,3 +146,22 @@ test('the waterfall marks an early intent where it happened, even before the tur
   assert.deepEqual(bars.at(-1), { label: 'intent (early)', start_ms: 100, end_ms: 100, lane: 'page' });
   assert.deepEqual(waterfall({ turn_id: 2, stages: {} }), []);
 });
+
+test('a turn the server could not take (it was down) does not take a later turn\'s send or intent', () => {
+  const { records, timings, on } = tracker();
+  on('speech-start', { audio_t: 1 });
+  on('speech-end', { end_t: 2, audio_t: 2.3 });
+  on('transcript', { text: 'what is the time in Lima', final: true, end_t: 2, audio_t: 2.5 });
+  on('error', { code: 'backend_unreachable', audio_t: 2.6 });
+  on('speech-start', { audio_t: 5 });
+  on('speech-end', { end_t: 6, audio_t: 6.3 });
+  on('transcript', { text: 'tell me a joke', final: true, end_t: 6, audio_t: 6.5 });
+  timings.sent(1, 6.6, 'tell me a joke');
+  timings.replyDone(1, { audioPending: false });
+  timings.serverTimings(1, { type: 'timings', turn_id: 1 });
+  on('speech-start', { audio_t: 9 });
+  on('speech-end', { end_t: 10, audio_t: 10.3 });
+  on('transcript', { text: 'pause', final: true, end_t: 10, audio_t: 10.5 });
+  on('intent', { intent: 'media.pause', source: 'local', text: 'pause', audio_t: 10.6 });
+  assert.deepEqual(records.map((r) => [r.turn_id, r.source, r.stages.speech_end]), [[2, 'server', 6], [3, 'local', 10]]);
+});

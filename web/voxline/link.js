@@ -89,7 +89,7 @@ function opusFrame(packet, turnId) {
  *   onReplyDone: (turnId: number, text: string, interrupted: boolean) => void,
  *   onReplyAudio: (turnId: number, samples: Float32Array, clauseEnd: boolean) => void,
  *   onTimings: (turnId: number, timings: object) => void,
- *   onTurnSent?: (turnId: number) => void,
+ *   onTurnSent?: (turnId: number, transcript: string) => void,
  *   onError: (code: string, message: string, turnId?: number) => void,
  *   onStatus: (connected: boolean) => void,
  * }} LinkHandlers
@@ -212,7 +212,7 @@ export class BackendLink {
       for (const packet of audio.packets) this.socket.send(opusFrame(packet, turnId));
       this.socket.send(JSON.stringify({ type: 'turn.audio_end', turn_id: turnId }));
     }
-    this.handlers.onTurnSent?.(turnId);
+    this.handlers.onTurnSent?.(turnId, transcript);
     return turnId;
   }
 

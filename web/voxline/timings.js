@@ -26,7 +26,7 @@ export class TurnTimings {
   /** @param {(record: TurnRecord) => void} emit called once per turn, when its record is complete */
   constructor(emit) {
     this.emit = emit;
-    /** @type {(TurnRecord & {replied?: boolean, audioPending?: boolean})[]} oldest first */
+    /** @type {(TurnRecord & {text?: string, replied?: boolean, audioPending?: boolean})[]} oldest first */
     this.open = [];
     this.nextTurnId = 1;
   }
@@ -55,6 +55,7 @@ export class TurnTimings {
           ?? this.#newest((t) => t.stages.transcript === undefined && t.stages.speech_end !== undefined);
         if (!turn) return;
         turn.stages.transcript = d.audio_t;
+        turn.text = d.text;
         return this.#check(turn);
       }
       case 'voxline:intent': {
@@ -63,9 +64,10 @@ export class TurnTimings {
           if (turn && turn.stages.intent === undefined) turn.stages.intent = d.audio_t;
           return;
         }
-        // A final transcript's intent belongs to the oldest turn still deciding; an early one (a complete command
-        // heard in a partial transcript) to the turn being heard.
-        const turn = this.#oldest((t) => t.stages.transcript !== undefined && !t.source)
+        // A final transcript's intent belongs to the turn still deciding with that transcript (a turn the server
+        // could not take stays undecided: the text keeps it from taking a later turn's intent); an early one (a
+        // complete command heard in a partial transcript) to the turn being heard.
+        const turn = (d.early ? undefined : this.#deciding(d.text))
           ?? this.#newest((t) => t.stages.transcript === undefined && !t.source);
         if (!turn) return;
         turn.stages.intent = d.audio_t;
@@ -84,9 +86,9 @@ export class TurnTimings {
     }
   }
 
-  /** The page sent the turn whose final transcript came last to the backend, as `serverTurnId`, at `audioT`. */
-  sent(serverTurnId, audioT) {
-    const turn = this.#oldest((t) => t.stages.transcript !== undefined && !t.source);
+  /** The page sent the turn with final transcript `text` to the backend, as `serverTurnId`, at `audioT`. */
+  sent(serverTurnId, audioT, text) {
+    const turn = this.#deciding(text);
     if (!turn) return;
     turn.stages.sent = audioT;
     turn.source = 'server';
@@ -118,6 +120,12 @@ export class TurnTimings {
     for (const turn of this.open.filter((t) => t.server_turn_id !== undefined)) this.#complete(turn);
   }
 
+  /** The oldest turn with a final transcript and no answer yet: the one with `text` if any has it. */
+  #deciding(text) {
+    const deciding = this.open.filter((t) => t.stages.transcript !== undefined && !t.source);
+    return deciding.find((t) => t.text === text) ?? deciding[0];
+  }
+
   #server(serverTurnId) {
     return this.open.find((t) => t.server_turn_id === serverTurnId);
   }
@@ -125,10 +133,6 @@ export class TurnTimings {
   #newest(predicate) {
     for (let i = this.open.length - 1; i >= 0; i--) if (predicate(this.open[i])) return this.open[i];
     return undefined;
-  }
-
-  #oldest(predicate) {
-    return this.open.find(predicate);
   }
 
   #check(turn) {
@@ -140,7 +144,7 @@ export class TurnTimings {
 
   #complete(turn) {
     this.open.splice(this.open.indexOf(turn), 1);
-    const { replied: _r, audioPending: _a, ...record } = turn;
+    const { replied: _r, audioPending: _a, text: _t, ...record } = turn;
     this.emit(record);
   }
 }

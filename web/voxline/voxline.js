@@ -412,7 +412,7 @@ export class Voxline {
         this.lastTimings = timings;
         this.turnTimings.serverTimings(turnId, timings);
       },
-      onTurnSent: (turnId) => this.turnTimings.sent(turnId, this.capture.audioTime),
+      onTurnSent: (turnId, transcript) => this.turnTimings.sent(turnId, this.capture.audioTime, transcript),
       onError: (code, message, turnId) => this.#fail(code, message, turnId),
     }, { opus: this.opus, token: this.token, reconnect: { firstMs: this.settings.reconnectFirstMs, maxMs: this.settings.reconnectMaxMs,
       jitter: this.settings.reconnectJitter } });
