@@ -17,7 +17,15 @@ from starlette.testclient import TestClient
 
 from voxline.config import Settings
 from voxline.server import protocol as p
-from voxline.server.limits import FrameBudget, IdleClock, Silence, TokenBucket, Verdict
+from voxline.server.limits import (
+    FrameBudget,
+    IdleClock,
+    Silence,
+    TokenBucket,
+    TurnAudioBudget,
+    Verdict,
+    opus_packet_ms,
+)
 from voxline.server.session import OUTBOUND_ENCODED_LATER_BYTES, Engines, Outbound, Outbox, Session
 from voxline.server.ws import websocket_endpoint
 
@@ -106,6 +114,42 @@ def test_a_turn_in_progress_is_never_idle_and_silence_counts_from_its_end():
     assert idle.check("speaking", budget, clock.now + 500) is Silence.FINE
     assert idle.check("listening", budget, clock.now + 509) is Silence.FINE
     assert idle.check("listening", budget, clock.now + 510) is Silence.WARN
+
+
+def test_a_turn_receiving_audio_is_closed_after_a_gap_in_its_frames_without_a_warning():
+    clock = Clock()
+    budget = FrameBudget(Settings(), clock)
+    idle = IdleClock(hello_timeout_s=1, idle_timeout_s=300, idle_grace_s=10, audio_idle_timeout_s=5)
+    assert idle.poll_s == 0.25
+    assert idle.check("receiving_audio", budget, clock.now + 4.9) is Silence.FINE
+    clock.now += 4.9
+    budget.admit(binary=True)  # a frame: the gap starts again
+    assert idle.check("receiving_audio", budget, clock.now + 4.9) is Silence.FINE
+    assert idle.check("receiving_audio", budget, clock.now + 5.0) is Silence.CLOSE
+    off = IdleClock(hello_timeout_s=1, idle_timeout_s=300, idle_grace_s=10, audio_idle_timeout_s=0)
+    assert off.check("receiving_audio", budget, clock.now + 1e6) is Silence.FINE
+
+
+@pytest.mark.parametrize(("toc", "rest", "ms"), [
+    (0x00, b"", 10.0), (0x08, b"", 20.0), (0x18, b"", 60.0), (0x19, b"", 120.0),  # SILK: 1 frame, 2 frames
+    (0x60, b"", 10.0), (0x68, b"", 20.0),                                       # hybrid
+    (0x80, b"", 2.5), (0xF8, b"", 20.0), (0xF9, b"", 40.0), (0xFA, b"", 40.0),  # CELT
+    (0xFB, b"\x03", 60.0), (0xFB, b"\x06", 120.0),                              # code 3: frame count in byte 2
+    (0xFB, b"\x07", 120.0), (0xFB, b"\x00", 120.0), (0xFB, b"", 120.0),          # malformed: the most
+    (0x1B, b"\x03", 120.0),                                                      # 3 x 60 ms is over 120: malformed
+])
+def test_an_opus_packet_declares_its_duration_in_its_toc_byte(toc, rest, ms):
+    assert opus_packet_ms(bytes([toc]) + rest + b"payload") == ms if rest else opus_packet_ms(bytes([toc])) == ms
+
+
+def test_turn_audio_is_bounded_by_duration_and_by_bytes():
+    opus = TurnAudioBudget("opus")
+    assert sum(opus.take(bytes([0x19, 0])) for _ in range(300)) == 250  # 120 ms packets: 30 s
+    big = TurnAudioBudget("opus")
+    assert [big.take(bytes([0xF8]) + bytes(2**20 - 1)) for _ in range(3)] == [True, False, False]
+    assert big.bytes == 2**20 <= p.MAX_OPUS_TURN_BYTES < 2 * 2**20
+    pcm = TurnAudioBudget("pcm16")
+    assert pcm.take(bytes(p.MAX_PCM16_TURN_BYTES)) and not pcm.take(b"\x00\x00")
 
 
 # ---------------------------------------------------------------------------------------------- the outbox
