@@ -11,10 +11,14 @@ from voxline.bench.audio import RATE, espeak
 from voxline.errors import ASRError
 from voxline.server_asr import (
     ASR_RATE_HZ,
+    CONFIDENCE_MIN,
     ServerASR,
+    Transcription,
+    collapse_repeats,
     decode_opus,
     decode_pcm16,
     encode_opus,
+    segment_confidence,
     whisper_language,
 )
 
@@ -82,3 +86,42 @@ def test_corrupt_opus_raises_asr_error():
 @pytest.mark.parametrize(("tag", "code"), [("en", "en"), ("en-US", "en"), ("zh-Hans-CN", "zh"), ("ZH", "zh")])
 def test_whisper_language_takes_the_primary_subtag(tag, code):
     assert whisper_language(tag) == code
+
+
+# --- guards and confidence (issue 13) -----------------------------------------------------------------------------
+
+
+def test_clean_speech_is_reliable_with_a_real_confidence(asr, clip):
+    result = asr.transcribe(to_16k(clip), "en")
+    assert "timer" in words(result.text)
+    assert CONFIDENCE_MIN <= result.confidence < 1.0
+    assert result.reliable and not result.garbled
+
+
+def test_noise_is_not_reliable(asr):
+    noise = np.random.default_rng(7).normal(0, 0.3, ASR_RATE_HZ * 3).astype(np.float32)
+    result = asr.transcribe(noise, "en")
+    assert not result.reliable, result
+
+
+def test_a_decoding_loop_is_cut_and_marked():
+    assert collapse_repeats("volume volume volume volume volume") == ("volume", True)
+    assert collapse_repeats("turn it up turn it up turn it up turn it up") == ("turn it up", True)
+    assert collapse_repeats("no no no, stop") == ("no no no, stop", False)
+    assert collapse_repeats("") == ("", False)
+
+
+def test_confidence_is_the_token_probability_of_speech():
+    assert segment_confidence([]) == 0.0
+    assert segment_confidence([(0.0, 0.0, 5)]) == 1.0
+    assert abs(segment_confidence([(-0.5, 0.0, 4)]) - np.exp(-0.5)) < 1e-9
+    assert abs(segment_confidence([(0.0, 0.5, 4)]) - 0.5) < 1e-9
+    # token-weighted: a long good segment outweighs a short bad one
+    assert segment_confidence([(-0.1, 0.0, 20), (-3.0, 0.0, 1)]) > 0.75
+
+
+def test_an_empty_or_looping_transcript_is_never_reliable():
+    assert not Transcription("", "en", 1.0, 0.1, 0.9).reliable
+    assert not Transcription("stop", "en", 1.0, 0.1, 0.9, garbled=True).reliable
+    assert not Transcription("stop", "en", 1.0, 0.1, CONFIDENCE_MIN / 2).reliable
+    assert Transcription("stop", "en", 1.0, 0.1, CONFIDENCE_MIN).reliable

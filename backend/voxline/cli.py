@@ -253,6 +253,15 @@ def build_parser() -> argparse.ArgumentParser:
     bench_turn.add_argument("--browser", type=int, default=0, metavar="N", help="also N spoken questions in Chromium")
     bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2")
     bench_turn.set_defaults(func=_cmd_bench)
+    bench_classify = bench.add_parser(
+        "classify", help="the server's intent classifier on text: paraphrases and out-of-domain, beside 'off'")
+    bench_classify.add_argument("--llm", action="append", metavar="NAME",
+                                help="LLM (repeatable; default: both, Qwen2.5 0.5B and SmolLM2 135M)")
+    bench_classify.add_argument("--threads", type=int, default=1, help="CPU threads of the LLM (default 1)")
+    bench_classify.add_argument("--min-command-prob", type=float, default=None,
+                                help="acceptance threshold (default: the calibrated one)")
+    bench_classify.add_argument("--rows", action="store_true", help="also every utterance's verdict")
+    bench_classify.set_defaults(func=_cmd_bench)
     _add_bench_load(bench)
     return parser
 

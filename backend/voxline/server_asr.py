@@ -7,10 +7,18 @@ said, in the session's language.
 Opus packets are decoded with PyAV (FFmpeg's libopus), which faster-whisper already depends on: raw packets as
 WebCodecs emits them need no container, only the channel count (and the `OpusHead` description when the encoder
 gave one), and any Opus stream can be decoded at any rate, so the decoder is asked for 16 kHz directly.
+
+Guards (the browser's have the same aims): faster-whisper's temperature fallback re-decodes a segment whose
+output is too repetitive (`COMPRESSION_RATIO_MAX`) or too unlikely (`AVG_LOGPROB_MIN`) at a higher temperature;
+a segment it judges silent (`NO_SPEECH_PROB_MAX`) is dropped; and a transcript that still repeats one word or
+phrase (`REPEAT_MAX_RUN`) is cut to its first occurrence and marked garbled. `Transcription.confidence` is the
+probability of the transcript's tokens, exp of their mean log-probability, times the chance it is speech at
+all; `Transcription.reliable` says whether it may be acted on (`CONFIDENCE_MIN`).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +35,23 @@ SILENCE_PEAK = 1e-3
 """Audio whose peak stays below this is not transcribed: Whisper invents "Thank you." on silence."""
 BEAM_SIZE = 1
 """Greedy decoding: on short commands and questions beam search changed little and cost ~2x the time."""
+TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+"""Greedy first; a segment that fails the checks below is decoded again at the next temperature (faster-whisper's
+fallback, which a single temperature of 0 turns off)."""
+COMPRESSION_RATIO_MAX = 2.4
+"""A segment whose text gzip-compresses better than this is repetitive: decoded again (Whisper's own default)."""
+AVG_LOGPROB_MIN = -1.0
+"""A segment whose tokens average a log-probability below this is decoded again (Whisper's own default)."""
+NO_SPEECH_PROB_MAX = 0.6
+"""A segment Whisper thinks is silence with more than this probability (and unlikely text) is dropped."""
+REPEAT_MAX_RUN = 3
+"""A word or phrase (up to `REPEAT_MAX_NGRAM` words) said more than this many times in a row is a decoding loop."""
+REPEAT_MAX_NGRAM = 4
+CONFIDENCE_MIN = 0.08
+"""Below this `confidence` a server transcript is not acted on (no command, no LLM): the user is asked again.
+Seen with Whisper base on espeak-ng (en-us, en-gb+f3): sentences 0.33-0.88 (right or wrong alike), one-word
+commands heard right only 0.13-0.26 (few tokens, and the final "." and end token are unsure), noise: no text.
+So it is set low: it catches a transcript the decoder itself did not believe, not a plausible mishearing."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +62,55 @@ class Transcription:
     language: str
     audio_s: float
     elapsed_s: float
+    confidence: float = 1.0
+    """0..1: exp(mean token log-probability) × (1 − no-speech probability), over the kept segments."""
+    garbled: bool = False
+    """The decoder looped (a phrase repeated past `REPEAT_MAX_RUN`): `text` is cut to its first occurrence."""
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the transcript may be acted on as a command or sent to the LLM as what was said."""
+        return bool(self.text) and not self.garbled and self.confidence >= CONFIDENCE_MIN
+
+
+def collapse_repeats(
+    text: str, *, max_run: int = REPEAT_MAX_RUN, max_ngram: int = REPEAT_MAX_NGRAM
+) -> tuple[str, bool]:
+    """(`text` with any phrase repeated more than `max_run` times in a row kept once, whether that happened).
+
+    Pure and word-based ("no no no" stays: three is a run people say; "stop stop stop stop" becomes "stop")."""
+    words = text.split()
+    looped = False
+    for size in range(1, max_ngram + 1):
+        out: list[str] = []
+        i = 0
+        while i < len(words):
+            phrase = words[i:i + size]
+            key = [w.strip(".,!?;:").lower() for w in phrase]
+            run = 1
+            while len(phrase) == size and [w.strip(".,!?;:").lower() for w in
+                                           words[i + run * size:i + (run + 1) * size]] == key:
+                run += 1
+            if run > max_run:
+                out.extend(phrase)
+                i += run * size
+                looped = True
+            else:
+                out.append(words[i])
+                i += 1
+        words = out
+    return " ".join(words), looped
+
+
+def segment_confidence(segments: Sequence[tuple[float, float, int]]) -> float:
+    """Confidence of a transcript from its segments' (avg_logprob, no_speech_prob, token count): the token-weighted
+    mean log-probability, exponentiated, times the token-weighted chance that it is speech. 0 with no tokens."""
+    tokens = sum(max(n, 1) for _, _, n in segments)
+    if not segments or tokens == 0:
+        return 0.0
+    mean_logprob = sum(lp * max(n, 1) for lp, _, n in segments) / tokens
+    speech = sum((1.0 - ns) * max(n, 1) for _, ns, n in segments) / tokens
+    return float(min(1.0, max(0.0, math.exp(mean_logprob) * speech)))
 
 
 def decode_opus(
@@ -145,10 +219,15 @@ class ServerASR:
         self.load()
         try:
             segments, _info = self._model.transcribe(
-                samples, language=language, beam_size=BEAM_SIZE, temperature=0.0,
-                condition_on_previous_text=False, without_timestamps=True, vad_filter=False,
+                samples, language=language, beam_size=BEAM_SIZE, temperature=list(TEMPERATURES),
+                compression_ratio_threshold=COMPRESSION_RATIO_MAX, log_prob_threshold=AVG_LOGPROB_MIN,
+                no_speech_threshold=NO_SPEECH_PROB_MAX, condition_on_previous_text=False,
+                without_timestamps=True, vad_filter=False,
             )
-            text = " ".join(s.text.strip() for s in segments).strip()
+            segments = list(segments)
         except (RuntimeError, ValueError) as exc:
             raise ASRError(f"Whisper failed on the turn's audio: {exc}") from exc
-        return Transcription(text, language, audio_s, time.perf_counter() - started)
+        text, garbled = collapse_repeats(" ".join(s.text.strip() for s in segments).strip())
+        confidence = segment_confidence([(s.avg_logprob, s.no_speech_prob, len(s.tokens)) for s in segments])
+        return Transcription(text, language, audio_s, time.perf_counter() - started, confidence if text else 0.0,
+                             garbled)

@@ -38,6 +38,7 @@ from voxline.clauses import ClauseSplitter, speakable
 from voxline.config import Settings
 from voxline.dialog import DialogHistory, SpokenClause, heard_text
 from voxline.errors import (
+    ASRError,
     BadMessage,
     IllegalState,
     LimitExceeded,
@@ -61,7 +62,8 @@ from voxline.server.auth import SiteKey
 from voxline.server.limits import TurnAudioBudget
 from voxline.server.metrics import ServerMetrics
 from voxline.server.resolver import IntentResolver
-from voxline.server_asr import ServerASR, decode_opus, decode_pcm16
+from voxline.server.intent_classifier import classifier_for
+from voxline.server_asr import ServerASR, Transcription, decode_opus, decode_pcm16
 from voxline.telemetry import StageSpan, Telemetry
 from voxline.tts import Synthesizer, load_synthesizer, to_pcm16
 
@@ -550,15 +552,26 @@ class Session:
                 raise self.refusal
             text = turn.text
             if turn.audio is not None and turn.chunks and self._needs_server_asr(turn):
-                text = await self._recognise(turn) or text
+                heard = await self._recognise(turn)
+                if heard.text and not heard.reliable:
+                    # Neither a command nor a question to the LLM: what it would act on is likely not what was said.
+                    raise ASRError(f"did not catch that: the server heard {heard.text!r} but is unsure of it "
+                                   f"(confidence {heard.confidence:.2f}{', a decoding loop' if heard.garbled else ''})"
+                                   "; please say it again")
+                text = heard.text or text
             turn.text = text.strip()
             if not turn.text:
                 self._finish(turn, "")
                 return
-            resolution = self.engines.resolver.resolve(turn.text, self.lang)
+            match = self.engines.resolver.resolve(turn.text, self.lang).match
             turn.mark("intent_ms")
-            if resolution.match is not None:
-                await self._answer_command(turn, resolution.match)
+            classifier = classifier_for(self.engines) if match is None else None
+            if classifier is not None:  # the grammar missed: is it still one of the known intents?
+                verdict = await asyncio.to_thread(classifier.classify, turn.text, self.lang)
+                turn.mark("classify_ms")
+                match = verdict.match
+            if match is not None:
+                await self._answer_command(turn, match)
             else:
                 await self._answer_with_llm(turn)
         except asyncio.CancelledError:
@@ -572,20 +585,20 @@ class Session:
     def _needs_server_asr(self, turn: Turn) -> bool:
         return turn.want_server_asr or (turn.confidence or 0.0) < self.settings.asr_confidence_gate
 
-    async def _recognise(self, turn: Turn) -> str:
-        def work() -> str:
+    async def _recognise(self, turn: Turn) -> Transcription:
+        def work() -> Transcription:
             if turn.audio == "opus":
                 samples = decode_opus(turn.chunks, channels=turn.opus.channels,
                                       description=turn.opus.description_bytes())
             else:
                 samples = decode_pcm16(turn.chunks)
-            return self.engines.asr.transcribe(samples, self.lang).text
+            return self.engines.asr.transcribe(samples, self.lang)
 
-        text = await asyncio.to_thread(work)
+        heard = await asyncio.to_thread(work)
         turn.mark("asr_ms")
-        if text:
-            self._send(p.Transcript(turn_id=turn.turn_id, text=text))
-        return text
+        if heard.text:
+            self._send(p.Transcript(turn_id=turn.turn_id, text=heard.text, confidence=round(heard.confidence, 3)))
+        return heard
 
     async def _answer_command(self, turn: Turn, match: Match) -> None:
         turn.kind = "intent"

@@ -1,0 +1,270 @@
+"""Server resolution of paraphrased commands: the LLM as a constrained classifier in front of the chat.
+
+When the grammar does not match an utterance, the server asks, before the LLM chats, whether it is still one of
+the known intents ("I can barely hear it, raise the volume"). The route, in three steps:
+
+1. **Rewrite.** The LLM (the chat model's own CTranslate2 generator, so no second model is loaded) is given a
+   fixed prompt listing one canonical command per intent and a few examples, then the utterance, and writes one
+   canonical command or ``none``, greedily. The prompt is a static prefix that CTranslate2 keeps the KV state of
+   (`static_prompt`), so a call prefills only the utterance's ~10-30 tokens and decodes ~3-8.
+2. **Parse.** The command is parsed by the grammar itself (`recognize`, English templates): an output that is not
+   exactly one command of the grammar is ``none``; slot values come out typed and range-checked by the grammar's
+   slot lists (a level of 0-100, a duration of 1 s-24 h, a known area).
+3. **Accept.** Only when (a) the model's own probability of the command it wrote, exp of the sum of its tokens'
+   log-probabilities, is at least `ClassifierConfig.min_command_prob` (so "none" and every other command together
+   are less likely), and (b) every slot value is grounded in the utterance: the same value is found in the user's
+   words by the slot's list in the user's language (`grounded`), so a number or a room the model invented is
+   refused. Precision before recall: anything else goes to the chat as before.
+
+The decision functions (`parse_command`, `grounded`, `accept`) are pure and tested without a model; `LLMClassifier`
+is the model-backed part. Why this route (measured with `voxline bench classify`): scoring every intent's
+command with `Generator.score_batch` has no static prefix, so each of the 17 candidates re-reads the whole prompt
+(17× the prefill); restricted generation over the few tokens of a canonical command costs one short decode.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from voxline.intents import Grammar, Match, normalize, recognize
+from voxline.intents.expression import SlotRef
+from voxline.intents.slots import Wildcard
+
+NONE = "none"
+"""What the model writes for an utterance that is no command."""
+COMMAND_LANG = "en"
+"""Canonical commands are English templates of the grammar, whatever language the user spoke."""
+
+CANONICAL_COMMANDS: dict[str, tuple[str, ...]] = {
+    "media.play": ("play music", "play <artist or song>"),
+    "media.pause": ("pause the music",),
+    "media.resume": ("resume the music",),
+    "media.stop": ("stop the music",),
+    "media.next": ("next song",),
+    "media.previous": ("previous song",),
+    "media.volume_up": ("volume up",),
+    "media.volume_down": ("volume down",),
+    "media.volume_set": ("set the volume to <0-100> percent",),
+    "media.mute": ("mute",),
+    "media.unmute": ("unmute",),
+    "timer.set": ("set a timer for <duration>",),
+    "timer.cancel": ("cancel the timer",),
+    "clock.time": ("what time is it",),
+    "lights.on": ("turn on the lights", "turn on the <room> lights"),
+    "lights.off": ("turn off the lights", "turn off the <room> lights"),
+    "assistant.stop": ("stop talking",),
+}
+"""The command the model writes for each default intent (each is a template of en.yaml); other intents of a
+grammar are offered by their first English template."""
+
+EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("could you make it a touch quieter", "volume down"),
+    ("what is the volume at", NONE),
+    ("throw on some Miles Davis", "play Miles Davis"),
+    ("I love this song", NONE),
+    ("darken the kitchen", "turn off the kitchen lights"),
+    ("how long does a timer last", NONE),
+    ("I need twenty five minutes on the clock for the pasta", "set a timer for 25 minutes"),
+    ("tell me about the lights in Paris", NONE),
+    ("hmm, that's enough for now, you can be quiet", "stop talking"),
+    ("what's the weather like today", NONE),
+    ("can we hear that one again from before", "previous song"),
+    ("my favourite music is jazz", NONE),
+)
+"""Few-shot examples in the static prompt (written for the prompt; none is in a test or evaluation list)."""
+
+SYSTEM = (
+    "You turn what a user says to a voice assistant into one device command, or none.\n"
+    "Commands:\n{commands}\n"
+    "Rooms: {rooms}.\n"
+    "Write one command exactly as listed, with <...> filled in from the user's words, and nothing else. "
+    "If the user asks a question, chats, or talks about music, volume, timers, time or lights without asking "
+    "for them, write none."
+)
+
+
+@dataclass(frozen=True)
+class ClassifierConfig:
+    """Settings of the classifier; the defaults are the calibrated ones (`voxline bench classify`)."""
+
+    min_command_prob: float = 0.5
+    """Accept a command only when the model's probability of the whole command it wrote is at least this."""
+    max_command_tokens: int = 16
+    """Longest command the model may write (the longest canonical one with a song name fits)."""
+    max_utterance_chars: int = 300
+    """Longer utterances are not commands: they go to the chat without asking the classifier."""
+    max_utterance_words: int = 24
+    """Same, in words."""
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The classifier's verdict on one utterance."""
+
+    match: Match | None
+    """The accepted command (intent, typed slots), or None."""
+    command: str
+    """What the model wrote (normalised); ``none`` when it said so or was not asked."""
+    command_prob: float
+    """The model's probability of `command` (0 when not asked)."""
+    reason: str
+    """``accepted``, ``none``, ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long`` or ``empty``."""
+    elapsed_s: float = 0.0
+
+
+# --- pure decisions ------------------------------------------------------------------------------------------------
+
+
+def command_lines(grammar: Grammar) -> list[str]:
+    """The prompt's list of commands: the canonical ones of the default intents, then one per other intent."""
+    language = grammar.language(COMMAND_LANG)
+    lines: list[str] = []
+    for intent in sorted(language.intents):
+        if intent in CANONICAL_COMMANDS:
+            lines.extend(CANONICAL_COMMANDS[intent])
+        else:
+            lines.append(language.intents[intent].templates[0].text)
+    return lines
+
+
+def room_names(grammar: Grammar) -> list[str]:
+    """The spoken names of the `area` list (first synonym of each value), for the prompt."""
+    area = grammar.language(COMMAND_LANG).lists.get("area")
+    return [value.synonyms[0] for value in getattr(area, "values", ())]
+
+
+def parse_command(reply: str, grammar: Grammar) -> Match | None:
+    """The grammar's reading of what the model wrote, or None for ``none`` or anything not exactly one command."""
+    text = normalize(reply.strip().splitlines()[0] if reply.strip() else "")
+    if not text or text == NONE:
+        return None
+    return recognize(text, grammar, COMMAND_LANG)
+
+
+def grounded(match: Match, utterance: str, grammar: Grammar, lang: str) -> bool:
+    """Whether every slot value of `match` is said in `utterance`, read by the slot's own list in `lang`.
+
+    Values, numbers and durations: some run of the utterance's words must give the same value. Free text: its
+    words must appear in the utterance in a row. A slot whose list the language lacks is not grounded."""
+    if not match.slots:
+        return True
+    tokens = normalize(utterance).split()
+    command = grammar.language(COMMAND_LANG)
+    try:
+        spoken = grammar.language(lang)
+    except Exception:  # noqa: BLE001 - an unknown language grounds nothing
+        return False
+    list_names = _slot_list_names(command, match.template)
+    for slot, value in match.slots.items():
+        slot_list = spoken.lists.get(list_names.get(slot, slot))
+        if slot_list is None:
+            return False
+        if isinstance(slot_list, Wildcard):
+            words = normalize(str(value)).split()
+            if not words or not _contains(tokens, words):
+                return False
+            continue
+        found = {found_value for i in range(len(tokens)) for _, found_value in slot_list.consume(tokens, i)}
+        if value not in found:
+            return False
+    return True
+
+
+def accept(match: Match | None, command_prob: float, is_grounded: bool, config: ClassifierConfig) -> str:
+    """The reason code for one verdict (``accepted`` only when every condition holds)."""
+    if match is None:
+        return "unparsed"
+    if command_prob < config.min_command_prob:
+        return "low_probability"
+    if not is_grounded:
+        return "ungrounded"
+    return "accepted"
+
+
+def _slot_list_names(language, template_id: str) -> dict[str, str]:
+    for template in language.templates:
+        if template.id == template_id:
+            return {e.name: e.list_name for expansion in template.expansions for e in expansion
+                    if isinstance(e, SlotRef)}
+    return {}
+
+
+def _contains(tokens: Sequence[str], words: Sequence[str]) -> bool:
+    n = len(words)
+    return any(list(tokens[i:i + n]) == list(words) for i in range(len(tokens) - n + 1))
+
+
+# --- the model-backed part -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class LLMClassifier:
+    """Asks a loaded `voxline.llm.LLM` (its CTranslate2 generator and tokenizer) to rewrite an utterance."""
+
+    llm: object
+    grammar: Grammar
+    config: ClassifierConfig = field(default_factory=ClassifierConfig)
+
+    def __post_init__(self) -> None:
+        rooms = ", ".join(room_names(self.grammar)) or "none"
+        system = SYSTEM.format(commands="\n".join(command_lines(self.grammar)), rooms=rooms)
+        fmt = self.llm.format
+        prefix = fmt.message("system", system) + "".join(
+            fmt.message("user", said) + fmt.message("assistant", command) for said, command in EXAMPLES)
+        self._static = self._tokens(prefix)
+        self._lock = threading.Lock()
+
+    def classify(self, utterance: str, lang: str = "en") -> Classification:
+        """The verdict on `utterance` (blocking: run it in a worker thread)."""
+        started = time.perf_counter()
+        text = " ".join(utterance.split())
+        if not text:
+            return Classification(None, NONE, 0.0, "empty")
+        if len(text) > self.config.max_utterance_chars or len(text.split()) > self.config.max_utterance_words:
+            return Classification(None, NONE, 0.0, "too_long")
+        reply, prob = self.rewrite(text)
+        match = parse_command(reply, self.grammar)
+        command = normalize(reply.strip().splitlines()[0]) if reply.strip() else NONE
+        if command == NONE:
+            return Classification(None, command, prob, "none", time.perf_counter() - started)
+        is_grounded = match is not None and grounded(match, text, self.grammar, lang)
+        reason = accept(match, prob, is_grounded, self.config)
+        accepted = match if reason == "accepted" else None
+        return Classification(accepted, command, prob, reason, time.perf_counter() - started)
+
+    def rewrite(self, utterance: str) -> tuple[str, float]:
+        """(what the model writes for `utterance`, its probability), greedy, from the cached static prompt."""
+        fmt = self.llm.format
+        rest = self._tokens(fmt.message("user", self.llm.neutralize(utterance)) + fmt.generation_prompt())
+        result = self.llm.generator.generate_batch(
+            [rest], static_prompt=self._static, max_length=self.config.max_command_tokens,
+            include_prompt_in_result=False, end_token=list(fmt.stop_tokens), return_scores=True,
+            length_penalty=0.0, beam_size=1,
+        )[0]
+        ids = result.sequences_ids[0] if result.sequences_ids else []
+        reply = self.llm.tokenizer.decode(ids).strip()
+        score = result.scores[0] if result.scores else -math.inf
+        return reply, math.exp(score) if score > -50 else 0.0
+
+    def _tokens(self, text: str) -> list[str]:
+        return self.llm.tokenizer.encode(text, add_special_tokens=False).tokens
+
+
+def classifier_for(engines) -> LLMClassifier | None:
+    """The server's classifier, built once per `Engines` on first use; None when the setting is off or the LLM is
+    not in this process (the Ray engine's LLM runs as a deployment)."""
+    if engines.settings.intent_classifier != "llm":
+        return None
+    cached = engines.__dict__.get("_intent_classifier")
+    if cached is None:
+        llm = engines.llm
+        if not all(hasattr(llm, name) for name in ("generator", "tokenizer", "format", "neutralize")):
+            engines.__dict__["_intent_classifier"] = False
+            return None
+        cached = LLMClassifier(llm, engines.grammar)
+        engines.__dict__["_intent_classifier"] = cached
+    return cached or None

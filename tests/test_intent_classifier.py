@@ -1,0 +1,154 @@
+"""The server's intent classifier (voxline/server/intent_classifier.py): its pure decisions without a model, then
+the real LLM on a few paraphrases and out-of-domain questions."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxline.config import Settings
+from voxline.intents import builtin_grammar, recognize
+from voxline.server.intent_classifier import (
+    CANONICAL_COMMANDS,
+    EXAMPLES,
+    NONE,
+    ClassifierConfig,
+    LLMClassifier,
+    accept,
+    classifier_for,
+    command_lines,
+    grounded,
+    parse_command,
+)
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    return builtin_grammar()
+
+
+# --- pure decisions ------------------------------------------------------------------------------------------------
+
+
+def test_every_default_intent_has_a_canonical_command_the_grammar_reads_as_that_intent(grammar):
+    samples = {"<artist or song>": "miles davis", "<0-100>": "30", "<duration>": "ten minutes", "<room>": "kitchen"}
+    assert set(CANONICAL_COMMANDS) == set(grammar.language("en").intents)
+    for intent, commands in CANONICAL_COMMANDS.items():
+        for command in commands:
+            for placeholder, value in samples.items():
+                command = command.replace(placeholder, value)
+            match = recognize(command, grammar)
+            assert match is not None and match.intent == intent, command
+
+
+def test_every_example_answer_is_a_command_or_none(grammar):
+    for said, command in EXAMPLES:
+        assert command == NONE or parse_command(command, grammar) is not None, command
+        assert recognize(said, grammar) is None or command != NONE, said
+
+
+def test_the_prompt_lists_every_command(grammar):
+    lines = command_lines(grammar)
+    assert "set a timer for <duration>" in lines and "stop talking" in lines and len(lines) == 20
+
+
+@pytest.mark.parametrize(
+    ("reply", "intent", "slots"),
+    [
+        ("volume down", "media.volume_down", {}),
+        ("Set a timer for 25 minutes.", "timer.set", {"seconds": 1500}),
+        ("turn off the kitchen lights\nand more", "lights.off", {"area": "kitchen"}),
+        ("play Miles Davis", "media.play", {"query": "miles davis"}),
+    ],
+)
+def test_a_reply_is_parsed_by_the_grammar(grammar, reply, intent, slots):
+    match = parse_command(reply, grammar)
+    assert (match.intent, match.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize("reply", ["none", "None.", "", "   ", "I think you want music",
+                                   "set the volume to 150 percent", "set a timer for 0 seconds",
+                                   "turn off the moon lights"])
+def test_none_chat_and_slot_values_out_of_range_are_no_command(grammar, reply):
+    assert parse_command(reply, grammar) is None
+
+
+@pytest.mark.parametrize(
+    ("command", "utterance", "lang", "ok"),
+    [
+        ("set a timer for 25 minutes", "I need twenty five minutes on the clock", "en", True),
+        ("set a timer for 25 minutes", "I need a timer for the pasta", "en", False),  # invented duration
+        ("set the volume to 50 percent", "put the volume at fifty", "en", True),
+        ("set the volume to 50 percent", "put the volume in the middle", "en", False),
+        ("turn off the kitchen lights", "darken the kitchen", "en", True),
+        ("turn off the kitchen lights", "darken the room", "en", False),  # invented room
+        ("turn off the living room lights", "lounge lights off now", "en", True),  # a synonym of the same value
+        ("play miles davis", "throw on some Miles Davis", "en", True),
+        ("play miles davis", "throw on some jazz", "en", False),
+        ("turn off the kitchen lights", "把厨房弄暗", "zh", True),
+        ("set a timer for 10 minutes", "十分钟以后叫我", "zh", True),
+        ("volume down", "anything at all", "en", True),  # no slots: nothing to ground
+    ],
+)
+def test_slot_values_must_be_said(grammar, command, utterance, lang, ok):
+    match = recognize(command, grammar)
+    assert grounded(match, utterance, grammar, lang) is ok
+
+
+def test_acceptance_needs_a_parse_the_probability_and_grounding(grammar):
+    config = ClassifierConfig(min_command_prob=0.5)
+    match = recognize("volume down", grammar)
+    assert accept(match, 0.9, True, config) == "accepted"
+    assert accept(None, 0.9, True, config) == "unparsed"
+    assert accept(match, 0.49, True, config) == "low_probability"
+    assert accept(match, 0.9, False, config) == "ungrounded"
+
+
+def test_the_setting_off_means_no_classifier():
+    class Bare:
+        settings = Settings(intent_classifier="off")
+
+    assert classifier_for(Bare()) is None
+
+
+def test_the_setting_is_checked():
+    assert Settings.from_env({"VOXLINE_INTENT_CLASSIFIER": "off"}).intent_classifier == "off"
+    assert Settings().intent_classifier == "llm"
+    with pytest.raises(ValueError, match="intent_classifier"):
+        Settings(intent_classifier="bert")
+
+
+# --- with the real model -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classifier(model_dir, grammar):
+    from voxline.llm import LLM
+
+    return LLMClassifier(LLM(model_dir("qwen2.5-0.5b-instruct-ct2"), threads=1), grammar)
+
+
+@pytest.mark.parametrize(
+    ("text", "intent", "slots"),
+    [
+        ("I can barely hear anything, pump up the volume", "media.volume_up", {}),
+        ("hang on, freeze the music", "media.pause", {}),
+        ("put on a timer of two hours", "timer.set", {"seconds": 7200}),
+        ("give me some light in the bedroom", "lights.on", {"area": "bedroom"}),
+    ],
+)
+def test_paraphrases_are_resolved(classifier, text, intent, slots):
+    verdict = classifier.classify(text)
+    assert verdict.match is not None, verdict
+    assert (verdict.match.intent, verdict.match.slots) == (intent, slots)
+    assert verdict.reason == "accepted" and verdict.command_prob >= classifier.config.min_command_prob
+
+
+@pytest.mark.parametrize("text", ["what is a timer", "I play the piano", "the music was too loud yesterday",
+                                  "do you like music", "what is the capital of France"])
+def test_out_of_domain_stays_out(classifier, text):
+    assert classifier.classify(text).match is None
+
+
+def test_overlong_text_is_not_asked(classifier):
+    verdict = classifier.classify("please " * 40 + "pause")
+    assert verdict.reason == "too_long" and verdict.match is None
