@@ -152,3 +152,57 @@ def test_out_of_domain_stays_out(classifier, text):
 def test_overlong_text_is_not_asked(classifier):
     verdict = classifier.classify("please " * 40 + "pause")
     assert verdict.reason == "too_long" and verdict.match is None
+
+
+# --- in the server's turn ------------------------------------------------------------------------------------------
+
+
+def _turn_frames(engines, text: str) -> list[dict]:
+    import asyncio
+    import json
+
+    from voxline.server import protocol as p
+    from voxline.server.session import Outbox, Session
+
+    async def scenario() -> list[dict]:
+        outbox = Outbox()
+        session = Session(engines, outbox)
+        await session.receive_text(json.dumps({"type": "hello", "v": 1, "capabilities": {"reply_audio": False}}))
+        await session.dispatch(p.TextTurn(turn_id=1, text=text))
+        await session.turn.task
+        frames = []
+        while outbox._items:
+            item = await outbox.get()
+            data = item.data() if callable(item.data) else item.data
+            if isinstance(data, str):
+                frames.append(json.loads(data))
+        return [f for f in frames if f.get("type") != "hello"]
+
+    return asyncio.run(scenario())
+
+
+@pytest.fixture(scope="module")
+def server_engines(model_dir):
+    from voxline.server.session import Engines
+
+    return Engines.load(Settings(tts_engine="espeak"), model_dir)
+
+
+def test_a_paraphrase_the_grammar_misses_comes_back_as_an_intent_not_a_chat_reply(server_engines):
+    frames = _turn_frames(server_engines, "hang on, freeze the music")
+    kinds = [f["type"] for f in frames]
+    assert "reply.delta" not in kinds, frames
+    intent = next(f for f in frames if f["type"] == "intent")
+    assert intent["intent"] == "media.pause" and intent["slots"] == {}
+    assert intent["grammar_version"] == server_engines.grammar.version
+
+
+def test_with_the_classifier_off_the_same_words_go_to_the_chat(server_engines):
+    from dataclasses import replace
+
+    from voxline.server.session import Engines
+
+    off = Engines(replace(server_engines.settings, intent_classifier="off"), server_engines.grammar,
+                  server_engines.resolver, server_engines.llm, server_engines.tts, server_engines.asr)
+    kinds = [f["type"] for f in _turn_frames(off, "hang on, freeze the music")]
+    assert "intent" not in kinds and "reply.delta" in kinds

@@ -201,6 +201,7 @@ NEAR_MISSES = [
     "what is the previous song called",
     "set the table",
     "louder than bombs is a great album",
+    "play is important for children",
 ]
 
 

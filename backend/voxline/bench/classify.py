@@ -18,6 +18,9 @@ from collections.abc import Sequence
 
 from voxline.bench.stats import percentile
 from voxline.intents import Grammar, builtin_grammar, recognize
+from voxline.server.intent_classifier import grounded, parse_command
+
+SWEEP_THRESHOLDS = (0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 # Paraphrases of the default intents, written for development (with what they mean). Most are worded so that
 # the grammar misses them: they are what the classifier is for.
@@ -179,9 +182,35 @@ def _decide(classify, grammar: Grammar, text: str, use_classifier: bool) -> dict
     if not use_classifier:
         return {"got": None, "by": "none", "ms": (time.perf_counter() - started) * 1000.0}
     verdict = classify(text)
+    ms = (time.perf_counter() - started) * 1000.0
     got = [verdict.match.intent, dict(verdict.match.slots)] if verdict.match is not None else None
-    return {"got": got, "by": "classifier" if got else "none", "ms": (time.perf_counter() - started) * 1000.0,
-            "command": verdict.command, "prob": round(verdict.command_prob, 4), "reason": verdict.reason}
+    # What it would have said at any threshold (parsed and grounded), for calibrating `min_command_prob`.
+    reading = parse_command(verdict.command, grammar)
+    if reading is not None and not grounded(reading, text, grammar, "en"):
+        reading = None
+    return {"got": got, "by": "classifier" if got else "none", "ms": ms, "command": verdict.command,
+            "prob": round(verdict.command_prob, 4), "reason": verdict.reason,
+            "reading": [reading.intent, dict(reading.slots)] if reading is not None else None}
+
+
+def sweep(rows: list[dict], thresholds: Sequence[float]) -> list[dict]:
+    """Intent+slots accuracy and false accepts of the whole decision (grammar, then classifier) had the threshold
+    been each of `thresholds`, from one run's recorded readings and probabilities."""
+    out = []
+    for threshold in thresholds:
+        right = paraphrases = accepted_ood = ood = 0
+        for row in rows:
+            got = row["got"] if row["by"] == "grammar" else (
+                row.get("reading") if row.get("prob", 0.0) >= threshold else None)
+            if row["want"] is None:
+                ood += 1
+                accepted_ood += got is not None
+            else:
+                paraphrases += 1
+                right += got == row["want"]
+        out.append({"min_command_prob": threshold, "intent_slots_accuracy": round(right / paraphrases, 3),
+                    "false_accept_rate": round(accepted_ood / ood, 3)})
+    return out
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
@@ -207,6 +236,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         classifier = LLMClassifier(llm, grammar, config)
         classifier.classify("warm up")
         report[name] = evaluate(classifier.classify, grammar, use_classifier=True)
+        report[name]["threshold_sweep"] = sweep(report[name]["rows"], SWEEP_THRESHOLDS)
     for result in report.values():
         if isinstance(result, dict) and not args.rows:
             result.pop("rows")
