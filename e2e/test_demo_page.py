@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from voxline.bench.audio import RATE, compose, hibari, write_wav
 from voxline.bench.browser import wait_for_js
+
+ENGINE_START_S = 14.0
+"""Lead silence before the command: the grammar engine (Pyodide) is up by then, so the command is answered locally."""
+RECORD_TIMINGS = "document.addEventListener('voxline:timings', (e) => window.__vx.push({name: 'timings', ...e.detail}));"
 
 
 def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_server):
@@ -84,3 +89,25 @@ def test_the_page_works_under_its_content_security_policy_and_reports_what_break
     directives = {v["directive"] for v in page.evaluate("window.__csp")}
     assert directives == {"script-src-elem", "img-src"}
     assert page.evaluate("window.__inline") is None
+
+
+def test_a_spoken_command_gets_one_timings_event_and_a_waterfall(open_voxline, tmp_path):
+    audio, (command,) = compose([("pause the music", hibari("pause the music"))], lead_s=ENGINE_START_S, tail_s=3.0)
+    wav = write_wav(tmp_path / "command.wav", audio)
+    vx = open_voxline(wav, before_goto=lambda page: page.add_init_script(RECORD_TIMINGS))
+    vx.wait_until_heard(len(audio) / RATE)
+    (intent,) = vx.events("intent")
+    assert intent["intent"] == "media.pause" and intent["source"] in ("local", "cache"), vx.timeline()
+    (timings,) = vx.events("timings")
+    stages = timings["stages"]
+    assert timings["source"] == intent["source"] and "server_turn_id" not in timings and "timings" not in timings
+    assert stages["intent"] == intent["audio_t"]
+    assert abs(stages["speech_end"] - command.end_s) < 0.3, (stages, command)
+    # In order on the capture clock; a command heard complete in a partial transcript acts before the turn ends.
+    order = ["speech_end", "turn_end", "transcript"] if timings.get("early") else ["speech_end", "turn_end", "transcript", "intent"]
+    times = [stages[name] for name in order]
+    assert times == sorted(times), timings
+    assert stages["intent"] >= command.start_s
+    row = vx.page.locator("#timings > li").first
+    assert "turn 1" in row.inner_text() and row.locator("rect").count() >= 3
+    assert row.locator("rect.server").count() == 0
