@@ -21,9 +21,9 @@ ONE_CHUNK_S = REPLY_FRAME_MS / 1000
 """Barge-in: speech over the reply → its playback stopped, within one reply audio frame on the capture clock."""
 STOP_AFTER_QUESTION_S = 15.0
 """Where "stop" starts after the question ends: after the reply's first audio, and before the story (~20 s of speech,
-96 tokens) has played out. On the 2 cores shared with other test runs, end of speech → first reply audio was seen
-from 1 s up to 17 s (the browser's ASR starved: its final transcript came 16 s after the speech), and the VAD ran up
-to 4 s behind the microphone; 4 s and then 8 s raced the first audio."""
+96 tokens) has played out. On the 2 cores shared with other test runs (load average 5-7), the browser's final
+transcript once came 16 s after the end of the question and the VAD ran up to 4 s behind the microphone, so 4 s and
+then 8 s raced the first reply audio; end of speech → first audio is ~3 s on a quiet machine."""
 RECORD_TIMINGS = "document.addEventListener('voxline:timings', (e) => window.__vx.push({name: 'timings', ...e.detail}));"
 
 
