@@ -262,6 +262,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="acceptance threshold (default: the calibrated one)")
     bench_classify.add_argument("--rows", action="store_true", help="also every utterance's verdict")
     bench_classify.set_defaults(func=_cmd_bench)
+    bench_readings = bench.add_parser(
+        "readings", help="what the device acts on: grammar-aware decoding beside the free decode (node, wasm)")
+    bench_readings.add_argument("--set", type=Path, metavar="FILE",
+                                help="one utterance a line (default: voxline/bench/sets/tuning-en.txt)")
+    bench_readings.add_argument("--voices", action="append", metavar="A,B",
+                                help="espeak-gb, espeak-us-f3, espeak-us-fast, hibari, hibari-fast (default: all)")
+    bench_readings.add_argument("--errors", action="store_true", help="also print every wrong or missed answer")
+    bench_readings.set_defaults(func=_cmd_bench)
     _add_bench_load(bench)
     return parser
 

@@ -52,8 +52,10 @@ export const DEFAULTS = Object.freeze({
   grammarBeam: 3,
   /** Decoder steps the constrained search may spend beyond the free decode, at most. */
   grammarMaxSteps: 24,
-  /** Utterances up to this long are decoded prompted with the grammar's commands first (see whisper.js). */
+  /** Utterances up to this long, heard with word confidence below `commandPromptBelowConfidence` and not as a
+   * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */
   commandPromptMaxSecs: 3,
+  commandPromptBelowConfidence: 0.7,
   /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. */
   commandMinConfidence: 0.5,
   /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */

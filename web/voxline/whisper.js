@@ -170,20 +170,26 @@ export class Whisper {
     const timing = () => ({ encodeMs, decodeMs: performance.now() - t0 - encodeMs, totalMs: performance.now() - t0,
       windowSecs: window.length / this.dims.sample_rate });
     const grammar = settings.grammarDecode && this.graph;
-    // A short utterance is most likely a command: decode it prompted with the grammar's commands first, and
-    // decode freely (for the server) only when that gives no confident command reading.
-    if (grammar && this.commandPrompt && audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate) {
+    if (!grammar) {
+      const { states, logprobs, eotLogprob, ...result } = await this.#decode(cross_k, cross_v, this.table.prompt, budget, cancelled);
+      return result.cancelled ? result : { command: null, ...result, prompted: false, ...timing() };
+    }
+    // The free transcript (what the server gets) and, where it is a command, its reading: no extra work for a
+    // command heard well, nor for a clear question.
+    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled);
+    if (free.cancelled) return free;
+    const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
+    const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
+    // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
+    // commands, and keep that reading if it is confident.
+    if (!sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
-      if (prompted.command && prompted.command.confidence >= settings.commandMinConfidence) {
-        return { ...prompted, prompted: true, ...timing() };
+      if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
+        return { ...free, command: prompted.command, prompted: true, ...timing() };
       }
     }
-    const free = grammar ? await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled)
-      : await this.#decode(cross_k, cross_v, this.table.prompt, budget, cancelled);
-    if (free.cancelled) return free;
-    const { states, logprobs, eotLogprob, ...result } = free;
-    return { command: null, ...result, prompted: false, ...timing() };
+    return { ...free, prompted: false, ...timing() };
   }
 
   /** A decode after `prompt` and its command reading. */

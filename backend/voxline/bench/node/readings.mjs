@@ -1,0 +1,34 @@
+// `voxline bench readings`, the decoding half: the browser's Whisper module (web/voxline/whisper.js) run by node
+// on onnxruntime-web's wasm, over raw 16 kHz float32 clips, once per configuration of the page's settings.
+// Input on stdin: {modelDir, lexicon, clips: [{path}], configs: {name: settingsOverrides}}.
+// Output on stdout: {name: [{text, confidence, command, prompted, encodeMs, decodeMs}, ...]} in clip order.
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
+const ort = await import(path.join(root, 'node_modules/onnxruntime-web/dist/ort.node.min.mjs'));
+const { Whisper } = await import(path.join(root, 'web/voxline/whisper.js'));
+const { CommandGraph } = await import(path.join(root, 'web/voxline/grammar-decode.js'));
+const { resolveSettings } = await import(path.join(root, 'web/voxline/settings.js'));
+
+const input = JSON.parse(fs.readFileSync(0, 'utf8'));
+ort.env.wasm.numThreads = 1;
+const options = { executionProviders: ['wasm'], graphOptimizationLevel: 'all' };
+const session = (name) => ort.InferenceSession.create(fs.readFileSync(path.join(input.modelDir, name)), options);
+const whisper = new Whisper(ort, await session('encoder.int8.onnx'), await session('decoder.int8.onnx'),
+  JSON.parse(fs.readFileSync(path.join(input.modelDir, 'tokens.json'))));
+whisper.setGraph(new CommandGraph(input.lexicon));
+await whisper.transcribe(new Float32Array(16000), resolveSettings({})); // warm-up, as the page does
+
+const out = Object.fromEntries(Object.keys(input.configs).map((name) => [name, []]));
+for (const clip of input.clips) {
+  const bytes = fs.readFileSync(clip.path);
+  const audio = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
+  for (const [name, overrides] of Object.entries(input.configs)) { // alternating, clip by clip
+    const r = await whisper.transcribe(audio, resolveSettings(overrides));
+    out[name].push({ text: r.text, confidence: r.confidence, command: r.command, prompted: r.prompted,
+      encodeMs: r.encodeMs, decodeMs: r.decodeMs });
+  }
+}
+process.stdout.write(JSON.stringify(out));
