@@ -110,6 +110,18 @@ def test_the_setting_off_means_no_classifier():
     assert classifier_for(Bare()) is None
 
 
+def test_an_llm_it_was_not_calibrated_for_is_not_asked():
+    class FakeLLM:  # only its name is read before the decision
+        name = "smollm2-135m-instruct-ct2"
+        generator = tokenizer = format = neutralize = None
+
+    class Bare:
+        settings = Settings()
+        llm = FakeLLM()
+
+    assert classifier_for(Bare()) is None
+
+
 def test_the_setting_is_checked():
     assert Settings.from_env({"VOXLINE_INTENT_CLASSIFIER": "off"}).intent_classifier == "off"
     assert Settings().intent_classifier == "llm"

@@ -24,8 +24,8 @@ command with `Generator.score_batch` has no static prefix, so each of the 17 can
 
 from __future__ import annotations
 
+import logging
 import math
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from voxline.intents import Grammar, Match, normalize, recognize
 from voxline.intents.expression import SlotRef
 from voxline.intents.slots import Wildcard
+
+log = logging.getLogger(__name__)
 
 NONE = "none"
 """What the model writes for an utterance that is no command."""
@@ -216,7 +218,6 @@ class LLMClassifier:
         prefix = fmt.message("system", system) + "".join(
             fmt.message("user", said) + fmt.message("assistant", command) for said, command in EXAMPLES)
         self._static = self._tokens(prefix)
-        self._lock = threading.Lock()
 
     def classify(self, utterance: str, lang: str = "en") -> Classification:
         """The verdict on `utterance` (blocking: run it in a worker thread)."""
@@ -254,17 +255,29 @@ class LLMClassifier:
         return self.llm.tokenizer.encode(text, add_special_tokens=False).tokens
 
 
+CALIBRATED: dict[str, ClassifierConfig] = {
+    "qwen2.5-0.5b-instruct-ct2": ClassifierConfig(),
+}
+"""The LLMs the classifier was calibrated for (`voxline bench classify`), with their settings. Another LLM is not
+asked: SmolLM2 135M, tried, wrote chat or loops ("no no no ...") instead of commands, so asking it would only
+add its cost to every chat turn."""
+
+
 def classifier_for(engines) -> LLMClassifier | None:
-    """The server's classifier, built once per `Engines` on first use; None when the setting is off or the LLM is
-    not in this process (the Ray engine's LLM runs as a deployment)."""
+    """The server's classifier, built once per `Engines` on first use; None when the setting is off, the LLM is
+    not one in `CALIBRATED`, or it is not in this process (the Ray engine's LLM runs as a deployment)."""
     if engines.settings.intent_classifier != "llm":
         return None
     cached = engines.__dict__.get("_intent_classifier")
     if cached is None:
         llm = engines.llm
-        if not all(hasattr(llm, name) for name in ("generator", "tokenizer", "format", "neutralize")):
+        config = CALIBRATED.get(getattr(llm, "name", ""))
+        usable = all(hasattr(llm, name) for name in ("generator", "tokenizer", "format", "neutralize"))
+        if config is None or not usable:
+            log.info("intent classifier not used: LLM %r is %s", getattr(llm, "name", llm),
+                     "not calibrated for it" if usable else "not in this process")
             engines.__dict__["_intent_classifier"] = False
             return None
-        cached = LLMClassifier(llm, engines.grammar)
+        cached = LLMClassifier(llm, engines.grammar, config)
         engines.__dict__["_intent_classifier"] = cached
     return cached or None
