@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -280,4 +281,8 @@ def classifier_for(engines) -> LLMClassifier | None:
             return None
         cached = LLMClassifier(llm, engines.grammar, config)
         engines.__dict__["_intent_classifier"] = cached
+        # The first call prefills the static prompt (~700 tokens, seconds on a CPU): do it now, beside the turn
+        # that built the classifier, rather than in the first turn that needs it.
+        threading.Thread(target=cached.classify, args=("hello",), name="voxline-classifier-warm-up",
+                         daemon=True).start()
     return cached or None
