@@ -1,5 +1,7 @@
 """Hostile input on `/ws`: the decoders and a live `Session` fuzzed with hypothesis, then the named cases over a real
-socket (a 10 MB frame, invalid UTF-8, a transcript over the limit, a wrong PCM16 rate).
+socket (a 10 MB frame, invalid UTF-8, a transcript over the limit, a wrong PCM16 rate), then sessions with site keys:
+random tokens in-process, and random sessions with Opus frames up to the frame limit against `voxline serve`, whose
+memory must stay within `FUZZ_MEMORY_BOUND_BYTES`.
 
 The fuzz runs in the suite, so it is bounded and reproducible: a fixed number of examples each, `derandomize=True`
 (the examples follow from the test's code, not from a random seed) and no example database.
@@ -473,4 +475,137 @@ def test_a_wrong_pcm16_rate_is_a_clear_error(bounded_url):
         assert error["code"] == "bad_message"
         assert "44100" in error["message"] and "resample to 16000 Hz" in error["message"]
         ws.send(json.dumps({"type": "hello", "v": 1}))
+        assert _next_json(ws)["type"] == "welcome"
+
+
+# ---------------------------------------------------------------------------------------------- with site keys
+
+SHOP = "https://shop.example"
+KEYS_JSON = json.dumps([{"id": "shop", "secret": "shop-secret-0123456789abcdef", "origins": [SHOP], "public": True},
+                        {"id": "app", "secret": "app-secret-0123456789abcdef0", "max_sessions": 2}])
+FUZZ_MEMORY_BOUND_BYTES = 64 * 2**20
+"""Server RSS growth allowed over the whole socket fuzz below (sessions one after another, Opus frames up to the
+1 MiB frame limit): a session keeps at most `MAX_OPUS_TURN_BYTES` (1.9 MB) of turn audio and frees it when the turn
+ends, and a frame in flight is held about three times (socket buffer, frame, payload)."""
+
+
+def _tokens():
+    from voxline.server.auth import mint_token, parse_site_keys
+
+    keys = parse_site_keys(KEYS_JSON)
+    minted = st.sampled_from([("shop", SHOP), ("shop", None), ("app", None), ("app", SHOP)]).map(
+        lambda kv: mint_token(keys[kv[0]], kv[1]))
+
+    def mutate(token: str, at: int, char: str) -> str:
+        at %= len(token)
+        return token[:at] + char + token[at + 1:]
+
+    return st.one_of(
+        st.none(), minted, st.builds(mutate, minted, st.integers(0, 200), st.characters()),
+        st.text(max_size=300), st.sampled_from(["v1.shop.²³.abc.def", "v1.shop.١٢.abc.def", "v1.shop.9999999999999.a.b",
+                                                "v1..1.a.b", "v1.shop.1.a.b.c", "v1.shop.-1.a.b"]),
+        st.builds(lambda parts: ".".join(parts), st.lists(st.text(max_size=12), min_size=5, max_size=5)))
+
+
+@_fuzz(150)
+@given(token=_tokens(), origin=st.sampled_from([SHOP, None, "https://evil.example"]),
+       inbound=st.lists(frames, max_size=8))
+def test_a_keyed_session_fed_random_tokens_and_frames_never_fails_outside_the_protocol(engines, run_async, token,
+                                                                                         origin, inbound):
+    from voxline.server.admission import Gate, Peer
+
+    keyed = Settings(llm_model=SMOLLM, tts_engine="espeak", reply_max_tokens=8, site_keys=KEYS_JSON)
+
+    async def scenario():
+        outbox = RecordingOutbox()
+        gate = Gate(keyed)
+        peer = Peer(origin, "10.0.0.1", "127.0.0.1:8000")
+        try:
+            gate.admit("s", peer)
+        except VoxlineError as exc:
+            assert exc.code == "origin_not_allowed" and origin == "https://evil.example"
+            return
+        session = Session(engines, outbox, "s", gate=gate, peer=peer)
+        await _feed(session, json.dumps({"type": "hello", "v": 1, "token": token, "capabilities": {"opus": True}}))
+        answer = [_decoded(item) for item in outbox.sent]
+        _check(answer)
+        assert answer[0].get("type") == "welcome" or answer[0]["code"] in {
+            "unauthenticated", "origin_not_allowed", "too_many_sessions"}, answer
+        for frame in inbound:
+            if session.state is SessionState.CLOSED:
+                break
+            await _feed(session, frame)
+        _check([_decoded(item) for item in outbox.sent])
+        await asyncio.wait_for(session.close(), FRAME_TIMEOUT_S)
+        gate.release("s")
+        assert gate.open_sessions() == 0 and gate.open_sessions(key_id="shop") == 0
+
+    run_async(scenario())
+
+
+OPUS_TOC_BYTES = [0x08, 0x1B, 0x19, 0xF8, 0xFB, 0xFF, 0x00, 0x4B]
+"""TOC bytes of Opus packets: SILK, hybrid and CELT configurations, codes 0-3 (one to many frames)."""
+opus_sizes = st.one_of(st.integers(1, 4000),
+                       st.sampled_from([65_536, 512 * 1024, p.MAX_FRAME_BYTES - p.UPLINK_HEADER_BYTES]))
+big_opus = st.builds(lambda toc, size, fill, turn: p.encode_audio_frame("opus", turn, bytes([toc]) + bytes([fill]) *
+                                                                        (size - 1)),
+                     st.sampled_from(OPUS_TOC_BYTES), opus_sizes, st.integers(0, 255), st.sampled_from([1, 1, 2]))
+socket_frames = st.one_of(text_frames(), plausible_messages, big_opus.map(lambda data: ("binary", data)),
+                          st.just(("binary", b"\x01\x00\x00\x00\x01\x00\x00\x00" + b"x" * (p.MAX_FRAME_BYTES + 1))))
+socket_sessions = st.tuples(
+    _tokens(), st.sampled_from([SHOP, None, "https://evil.example"]),
+    st.lists(st.one_of(socket_frames, st.just(json.dumps({"type": "turn.start", "turn_id": 1, "transcript": "mute",
+                                                          "confidence": 0.2, "audio": "opus",
+                                                          "want_server_asr": True})),
+                       st.just('{"type": "turn.audio_end", "turn_id": 1}')), max_size=10))
+
+
+@pytest.fixture(scope="module")
+def keyed_serve():
+    from test_hardening_serve import Serve
+
+    with Serve(VOXLINE_SITE_KEYS=KEYS_JSON) as server:
+        yield server
+
+
+def test_a_keyed_server_fuzzed_over_real_sockets_stays_within_its_memory_bound(keyed_serve):
+    """Random sessions (tokens valid, altered or junk; origins; frames including Opus packets up to the frame
+    limit) one after another against `voxline serve` with site keys: every error is a known one, every close code a
+    named one, never 1011, and the server's RSS grows by at most `FUZZ_MEMORY_BOUND_BYTES`."""
+    from test_hardening_serve import peak_rss
+
+    closes: list[int] = []
+
+    @_fuzz(40)
+    @given(socket_sessions)
+    def one_session(session):
+        token, origin, inbound = session
+        with connect(keyed_serve.ws, origin=origin, max_size=None, open_timeout=30) as ws:
+            try:
+                ws.send(json.dumps({"type": "hello", "v": 1, "token": token, "capabilities": {"opus": True}}))
+                for frame in inbound:
+                    ws.send(frame[1] if isinstance(frame, tuple) else frame)
+                ws.send('{"type": "bye"}')
+                while True:
+                    frame = ws.recv(timeout=TURN_TIMEOUT_S)
+                    if isinstance(frame, str):
+                        message = json.loads(frame)
+                        if message["type"] == "error":
+                            assert message["code"] in ERROR_CODES and message["message"], message
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd else None
+                assert code in CLOSE_CODES, (code, closed)
+                assert code != p.CLOSE_INTERNAL_ERROR
+                closes.append(code)
+
+    with peak_rss(keyed_serve) as rss:
+        one_session()
+    growth = rss["peak"] - rss["before"]
+    print(f"server RSS {rss['before'] / 2**20:.0f} MiB, peak {rss['peak'] / 2**20:.0f} MiB over {len(closes)} sessions")
+    assert growth <= FUZZ_MEMORY_BOUND_BYTES, f"server RSS grew by {growth / 2**20:.0f} MiB"
+    assert p.CLOSE_NORMAL in closes and p.CLOSE_UNAUTHENTICATED in closes, closes
+    with connect(keyed_serve.ws) as ws:  # still serving
+        from voxline.server.auth import mint_token, parse_site_keys
+
+        ws.send(json.dumps({"type": "hello", "v": 1, "token": mint_token(parse_site_keys(KEYS_JSON)["app"])}))
         assert _next_json(ws)["type"] == "welcome"
