@@ -133,6 +133,8 @@ PAGE_UTTERANCES = 24  # one Chromium run stays around two minutes
 SET_GAP_S = 2.75  # silence after each utterance: the turn ends, the server answers, before the next one starts
 SET_TAIL_S = 3.0
 SET_SEED = 13
+PROBLEM_CHARS = 200  # console errors and voxline:error events are reported by their first characters, counted
+MAX_PROBLEMS_REPORTED = 10
 QUERY_FILLER_WORDS = frozenset(
     "a an the some any me us my our your please now music songs song track tracks tunes by from of little bit "
     "something".split())
@@ -440,13 +442,18 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
     missing = missing_baseline_settings()
     configs = _configs_available(missing)
     outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
+    problems: dict[str, dict[str, int]] = {c.name: {} for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
         pages, spoken = build_pages(items, voices, noise_snr_db, Path(tmp), second_hearing)
 
-        def on_page(config: str, page: Page, events: list[dict]) -> None:
+        def on_page(config: str, page: Page, events: list[dict], console_errors: list[str]) -> None:
             ends = turn_ends(events)
             for index in range(len(page.placed)):
                 outcomes[config].append(score(spoken[(page.label, index)], events, ends) | {"config": config})
+            seen = problems[config]
+            for line in console_errors + [f"voxline:error {e.get('code')}: {e.get('message')}"
+                                          for e in events if e["name"] == "error"]:
+                seen[line[:PROBLEM_CHARS]] = seen.get(line[:PROBLEM_CHARS], 0) + 1
             if progress is not None:
                 progress(f"{config} {page.label}: {len(page.placed)} utterances heard")
 
@@ -461,6 +468,8 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
         "rounds": rounds, "llm": llm or Settings().llm_model, "pages": len(pages),
         "configs": {c.name: {"page_query": c.query, "server": c.server} for c in configs},
         "baseline_settings_missing": missing,
+        "page_problems": {name: dict(sorted(seen.items(), key=lambda kv: -kv[1])[:MAX_PROBLEMS_REPORTED])
+                          for name, seen in problems.items()},
     } | set_report(outcomes)
     report["wall_s"] = round(time.monotonic() - started, 1)
     return report, [o for name in outcomes for o in outcomes[name]]

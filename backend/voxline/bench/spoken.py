@@ -143,11 +143,12 @@ class Page:
 
 def run_pages(
     pages: list[Page], configs: list[Config], rounds: int, *, llm: str | None,
-    on_page: Callable[[str, Page, list[dict]], None] | None = None,
+    on_page: Callable[[str, Page, list[dict], list[str]], None] | None = None,
 ) -> dict[str, list[tuple[Page, list[dict]]]]:
     """Every page heard by a fresh browser once per configuration and round, configurations alternating page by
     page (A B, then B A), each on its own server (a configuration may change server settings). Returns, per
-    configuration, (page, events) in the order heard; `on_page` is called after each (for progress)."""
+    configuration, (page, events) in the order heard; `on_page` is called after each with its events and the
+    page's console errors (a page whose engine failed to load answers nothing locally: the reader must know)."""
     from contextlib import ExitStack
 
     from playwright.sync_api import sync_playwright
@@ -170,9 +171,10 @@ def run_pages(
                     try:
                         browser_page.wait_until_heard(page.duration_s)
                         events = browser_page.events()
+                        problems = [line for line in browser_page.console if line.startswith(("error", "pageerror"))]
                     finally:
                         browser_page.close()
                     heard[config.name].append((page, events))
                     if on_page is not None:
-                        on_page(config.name, page, events)
+                        on_page(config.name, page, events, problems)
     return heard
