@@ -10,6 +10,7 @@ Screenshots of the widget in each state are kept in e2e/artifacts/ (git-ignored:
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -17,7 +18,10 @@ from pathlib import Path
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, launch_chromium
+from voxline.bench.browser import RECORD_EVENTS, ServerThread, launch_chromium
+from voxline.config import Settings
+
+from .conftest import E2E_LLM
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
 # The host page's CSS: every rule here would change the widget if styles leaked into its shadow root.
@@ -48,7 +52,7 @@ SHOT_STATES = ("loading", "idle", "listening", "thinking", "speaking", "offline"
 class HostPageServer:
     """A plain HTTP server for one HTML page: the site that embeds the widget."""
 
-    def __init__(self, html: str) -> None:
+    def __init__(self, html: str, port: int = 0) -> None:
         body = html.encode()
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,7 +69,7 @@ class HostPageServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.url = f"http://localhost:{self.httpd.server_address[1]}/"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
@@ -87,11 +91,26 @@ def spoken(tmp_path_factory):
     return write_wav(tmp_path_factory.mktemp("widget") / "spoken.wav", audio), placed, len(audio) / RATE
 
 
+@pytest.fixture(scope="module")
+def host_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def voxline_server(host_port):
+    """A Voxline server that lets the host site's pages use it, as a server embedded in another site must be told
+    (`VOXLINE_ALLOWED_ORIGINS`; by default it admits only its own origin)."""
+    with ServerThread(Settings.from_env(llm_model=E2E_LLM, allowed_origins=f"http://localhost:{host_port}")) as server:
+        yield server
+
+
 @pytest.fixture
-def host_page(voxline_server):
+def host_page(voxline_server, host_port):
     ws = voxline_server.url.replace("http://", "ws://") + "/ws"
     html = HOST_PAGE.format(css=HOST_CSS, voxline=voxline_server.url, ws=ws)
-    with HostPageServer(html) as server:
+    with HostPageServer(html, host_port) as server:
         yield server
 
 
@@ -207,14 +226,14 @@ def test_widget_embedded_cross_origin_hears_a_command_and_answers_a_question(bro
         browser.close()
 
 
-def test_widget_as_an_es_module_on_a_page_that_places_the_element_itself(browser_type, voxline_server):
+def test_widget_as_an_es_module_on_a_page_that_places_the_element_itself(browser_type, voxline_server, host_port):
     html = f"""<!doctype html><html lang="en"><head><meta charset="utf-8"><title>An app</title></head><body>
       <main><voxline-assistant label="Ask the shop"></voxline-assistant></main>
       <script type="module">import '{voxline_server.url}/voxline-widget.mjs';</script>
     </body></html>"""
     browser = launch_chromium(browser_type)
     try:
-        with HostPageServer(html) as host:
+        with HostPageServer(html, host_port) as host:
             page = browser.new_context(permissions=["microphone"]).new_page()
             page.add_init_script(RECORD_EVENTS)
             page.goto(host.url)
