@@ -66,17 +66,27 @@ grammar are offered by their first English template."""
 
 EXAMPLES: tuple[tuple[str, str], ...] = (
     ("could you make it a touch quieter", "volume down"),
+    ("crank it up, I love this part", "volume up"),
     ("what is the volume at", NONE),
+    ("hold everything, I need to take this call", "pause the music"),
+    ("okay, you can start the song again", "resume the music"),
     ("throw on some Miles Davis", "play Miles Davis"),
     ("I love this song", NONE),
-    ("darken the kitchen", "turn off the kitchen lights"),
-    ("how long does a timer last", NONE),
-    ("I need twenty five minutes on the clock for the pasta", "set a timer for 25 minutes"),
-    ("tell me about the lights in Paris", NONE),
-    ("hmm, that's enough for now, you can be quiet", "stop talking"),
-    ("what's the weather like today", NONE),
+    ("not this one, the next", "next song"),
     ("can we hear that one again from before", "previous song"),
+    ("shut the music off for good", "stop the music"),
+    ("how long does a timer last", NONE),
+    ("put the volume at eighty", "set the volume to 80 percent"),
+    ("kill the audio", "mute"),
+    ("bring back the audio", "unmute"),
+    ("I need twenty five minutes on the clock for the pasta", "set a timer for 25 minutes"),
+    ("what's the weather like today", NONE),
+    ("forget the countdown", "cancel the timer"),
+    ("got the time?", "what time is it"),
+    ("darken the kitchen", "turn off the kitchen lights"),
+    ("some light in the garage please", "turn on the garage lights"),
     ("my favourite music is jazz", NONE),
+    ("alright, be quiet now", "stop talking"),
 )
 """Few-shot examples in the static prompt (written for the prompt; none is in a test or evaluation list)."""
 
@@ -84,9 +94,9 @@ SYSTEM = (
     "You turn what a user says to a voice assistant into one device command, or none.\n"
     "Commands:\n{commands}\n"
     "Rooms: {rooms}.\n"
-    "Write one command exactly as listed, with <...> filled in from the user's words, and nothing else. "
-    "If the user asks a question, chats, or talks about music, volume, timers, time or lights without asking "
-    "for them, write none."
+    "When the user asks for one of these actions, in any words, write its command exactly as listed, with <...> "
+    "filled in from the user's words, and nothing else. Write none only when the user asks a question, chats, or "
+    "talks about music, volume, timers, time or lights without asking for an action."
 )
 
 
@@ -94,8 +104,10 @@ SYSTEM = (
 class ClassifierConfig:
     """Settings of the classifier; the defaults are the calibrated ones (`voxline bench classify`)."""
 
-    min_command_prob: float = 0.5
-    """Accept a command only when the model's probability of the whole command it wrote is at least this."""
+    min_command_prob: float = 0.7
+    """Accept a command only when the model's probability of the whole command it wrote is at least this.
+    Calibrated with `voxline bench classify` (Qwen2.5 0.5B, 52 paraphrases, 60 out-of-domain): 0.5 accepted 3 of
+    60 out-of-domain, 0.7 one ("what does mute mean"), 0.8 none but resolved 4 fewer paraphrases."""
     max_command_tokens: int = 16
     """Longest command the model may write (the longest canonical one with a song name fits)."""
     max_utterance_chars: int = 300
