@@ -1,5 +1,5 @@
-"""TurnScheduler: priority and lane rules, batch formation under simulated arrivals, admission, and streaming of
-every request inside a real SmolLM2 batch."""
+"""TurnScheduler: priority and lane rules, work-conserving batch formation under replayed arrivals, admission, and
+streaming of every request inside a real SmolLM2 batch."""
 
 from __future__ import annotations
 
@@ -63,14 +63,89 @@ def test_lane_sizes_and_waits_are_the_design_defaults_and_come_from_settings():
 # ---------------------------------------------------------------------------------------------- batch formation
 
 
-def test_a_lane_waits_for_its_batch_to_fill_up_to_its_limit():
+def replay(arrivals, *, batch_s: float, slots: int = 1, config: SchedulerConfig = CONFIG):
+    """Replay `(time, confidence, tier)` arrivals against `slots` model slots whose batches each take `batch_s`
+    seconds: at every arrival and every batch end, each free slot asks the planner for a batch. Returns one
+    `(start, lane, size)` per batch run."""
+    planner, pending = BatchPlanner(config), sorted(arrivals)
+    free_at = [0.0] * slots
+    events = sorted({at for at, _, _ in pending})
+    started = []
+    while events:
+        now = events.pop(0)
+        while pending and pending[0][0] <= now:
+            at, confidence, tier = pending.pop(0)
+            planner.add(request(), confidence=confidence, tier=tier, now=at)
+        for slot in range(slots):
+            if free_at[slot] <= now:
+                batch = planner.take(now)
+                if batch:
+                    started.append((round(now, 3), batch[0].lane.name, len(batch)))
+                    free_at[slot] = now + batch_s
+                    events = sorted({*events, free_at[slot]})
+    assert len(planner) == 0
+    return started
+
+
+@pytest.mark.parametrize(("confidence", "tier", "lane"), [
+    (1.0, 5, "high"), (0.9, 3, "normal"), (0.5, 2, "bulk"), (0.2, 1, "low_confidence")])
+def test_an_idle_model_starts_a_lone_request_at_once(confidence, tier, lane):
+    # Whatever its lane's window (20-300 ms), an idle model does not wait for company that may never come.
+    assert replay([(0.5, confidence, tier)], batch_s=0.4) == [(0.5, lane, 1)]
     planner = BatchPlanner(CONFIG)
-    planner.add(request(), confidence=0.9, tier=3, now=0.0)        # normal: up to 8, 150 ms
-    assert planner.take(0.100) == []                               # not full, not yet waited 150 ms
-    planner.add(request(), confidence=0.9, tier=3, now=0.120)
-    assert planner.next_deadline() == pytest.approx(0.150)
-    batch = planner.take(0.150)                                    # the oldest has waited its 150 ms
-    assert len(batch) == 2 and len(planner) == 0
+    ticket = planner.add(request(), confidence=confidence, tier=tier, now=2.0)
+    assert planner.take(2.0) == [ticket]
+    # And one turn after another (a single session) never waits either.
+    assert replay([(0.0, confidence, tier), (1.0, confidence, tier), (2.0, confidence, tier)], batch_s=0.6) == \
+        [(0.0, lane, 1), (1.0, lane, 1), (2.0, lane, 1)]
+
+
+def test_requests_that_arrive_while_the_model_is_busy_are_batched_by_lane_when_it_frees():
+    arrivals = [(0.000, 0.9, 3),                    # normal: finds the model idle, runs at once, alone
+                (0.010, 1.0, 5), (0.020, 0.9, 3), (0.030, 0.3, 3), (0.040, 0.9, 3),
+                (0.050, 1.0, 5), (0.060, 0.5, 2), (0.070, 0.2, 1)]
+    # Busy until 0.5 s: by then every lane's oldest is past its window, so the lanes leave earliest deadline
+    # first, each as one batch: low_confidence (0.030 + 20 ms), high (0.010 + 80), normal (0.020 + 150), bulk.
+    assert replay(arrivals, batch_s=0.5) == [(0.0, "normal", 1), (0.5, "low_confidence", 2), (1.0, "high", 2),
+                                             (1.5, "normal", 2), (2.0, "bulk", 1)]
+
+
+def test_when_the_model_frees_before_any_window_ends_it_still_runs_the_earliest_deadline_at_once():
+    # Freed at 50 ms: high (deadline 90 ms) is neither full nor due, yet it runs then, and normal right after.
+    arrivals = [(0.0, 0.9, 3), (0.010, 1.0, 5), (0.020, 0.9, 3), (0.030, 0.9, 3)]
+    assert replay(arrivals, batch_s=0.05) == [(0.0, "normal", 1), (0.05, "high", 1), (0.1, "normal", 2)]
+
+
+def test_a_full_lane_goes_before_a_lane_whose_window_is_not_over():
+    # low_confidence has the earlier deadline (60 ms) but is neither full nor due at 50 ms; normal is full.
+    arrivals = [(0.0, 1.0, 5), *((0.001 * i, 0.9, 3) for i in range(1, 9)), (0.040, 0.2, 1)]
+    assert replay(arrivals, batch_s=0.05) == [(0.0, "high", 1), (0.05, "normal", 8), (0.1, "low_confidence", 1)]
+
+
+def test_parallel_batches_a_second_free_slot_also_starts_at_once():
+    arrivals = [(0.0, 0.9, 3), (0.1, 0.9, 3), (0.2, 0.9, 3), (0.3, 0.9, 3), (0.35, 1.0, 5)]
+    # The second request finds slot 2 free and starts alone; the next three queue until slot 1 frees at 0.5,
+    # when the two normal ones (deadline 0.35) leave together before the high one (deadline 0.43), which takes
+    # slot 2 the moment it frees at 0.6.
+    assert replay(arrivals, batch_s=0.5, slots=2, config=SchedulerConfig(parallel_batches=2)) == \
+        [(0.0, "normal", 1), (0.1, "normal", 1), (0.5, "normal", 2), (0.6, "high", 1)]
+
+
+def test_the_scheduler_runs_a_lone_request_without_waiting_out_its_window():
+    # A frozen clock: waiting for the (10 s) window would never end, and the ticket would never run.
+    ran = threading.Event()
+
+    def runner(requests):
+        ran.set()
+        return [GenerationResult("ok", 1, 0.0, 0.0, "end") for _ in requests]
+
+    scheduler = TurnScheduler(runner, SchedulerConfig(normal=Lane("normal", 8, 10_000.0)), clock=lambda: 42.0)
+    try:
+        ticket = scheduler.submit(request(), confidence=0.9, tier=3)
+        assert ticket.future.result(5).text == "ok" and ran.is_set()
+        assert ticket.queue_ms == 0.0 and ticket.batch_size == 1
+    finally:
+        scheduler.close(5)
 
 
 def test_a_full_lane_runs_at_once():
@@ -80,27 +155,6 @@ def test_a_full_lane_runs_at_once():
     batch = planner.take(0.009)
     assert len(batch) == 8 and len(planner) == 1
     assert all(t.lane.name == "normal" for t in batch)
-
-
-def test_simulated_arrivals_form_batches_per_lane_earliest_deadline_first():
-    planner = BatchPlanner(CONFIG)
-    arrivals = [(0.000, 0.9, 3), (0.010, 1.0, 5), (0.020, 0.3, 3), (0.030, 0.9, 3), (0.040, 0.5, 2),
-                (0.050, 1.0, 5), (0.060, 0.2, 1)]
-    batches, now, step = [], 0.0, 0.005
-    pending = list(arrivals)
-    while now < 1.0:
-        while pending and pending[0][0] <= now:
-            at, confidence, tier = pending.pop(0)
-            planner.add(request(), confidence=confidence, tier=tier, now=at)
-        batch = planner.take(now)
-        if batch:
-            batches.append((round(now, 3), batch[0].lane.name, len(batch)))
-        now += step
-    # Each lane leaves when its oldest has waited its limit (none fills up): low_confidence 20 ms after 0.020
-    # and again after 0.060, high 80 ms after 0.010 with both top-tier requests, normal 150 ms after 0.000 with
-    # both 0.665-priority requests, bulk (0.3625) 300 ms after 0.040.
-    assert batches == [(0.04, "low_confidence", 1), (0.08, "low_confidence", 1), (0.09, "high", 2),
-                       (0.15, "normal", 2), (0.34, "bulk", 1)]
 
 
 def test_inside_a_batch_the_oldest_always_runs_and_the_rest_go_by_priority():
@@ -202,22 +256,48 @@ def smollm(model_dir):
     return LLM(model_dir(SMOLLM))
 
 
+class HeldModel:
+    """The real model behind a runner whose placeholder request holds it busy until `release`, so the requests
+    submitted meanwhile queue and leave together when it frees, as they do under load."""
+
+    def __init__(self, llm: LLM) -> None:
+        self.llm = llm
+        self.placeholder = request("placeholder")
+        self.busy = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests):
+        if requests[0] is self.placeholder:
+            self.busy.set()
+            self.release.wait(30)
+            return [GenerationResult("", 0, None, 0.0, "end") for _ in requests]
+        return self.llm.generate(requests)
+
+    def hold(self, scheduler: TurnScheduler) -> None:
+        scheduler.submit(self.placeholder, confidence=1.0, tier=5)  # the high lane, alone: the model is idle
+        assert self.busy.wait(10)
+
+
 def test_every_request_in_a_real_batch_streams_its_own_tokens(smollm):
     batches = []
-    scheduler = TurnScheduler(smollm.generate, SchedulerConfig(normal=Lane("normal", 4, 500.0)),
+    model = HeldModel(smollm)
+    scheduler = TurnScheduler(model, SchedulerConfig(normal=Lane("normal", 4, 500.0)),
                               on_batch=lambda record: batches.append(record))
     questions = ["What is the capital of France?", "Name a colour.", "Count to three.", "Say hello."]
     streamed: dict[int, list[tuple[float, str]]] = {i: [] for i in range(len(questions))}
     tickets = []
     try:
+        model.hold(scheduler)
         for i, question in enumerate(questions):
             req = GenerationRequest([Message("user", question)], max_tokens=24,
                                     on_text=lambda d, i=i: streamed[i].append((time.perf_counter(), d)))
             tickets.append(scheduler.submit(req, confidence=0.9, tier=3, session_id=f"s{i}"))
+        model.release.set()
         results = [t.future.result(60) for t in tickets]
     finally:
+        model.release.set()
         scheduler.close(10)
-    assert [(b.lane, b.size) for b in batches] == [("normal", 4)]
+    assert [(b.lane, b.size) for b in batches] == [("high", 1), ("normal", 4)]
     assert {t.batch_size for t in tickets} == {4}
     for i, result in enumerate(results):
         deltas = streamed[i]
@@ -234,7 +314,8 @@ def test_every_request_in_a_real_batch_streams_its_own_tokens(smollm):
 
 
 def test_a_request_cancelled_inside_a_real_batch_stops_alone(smollm):
-    scheduler = TurnScheduler(smollm.generate, SchedulerConfig(normal=Lane("normal", 2, 500.0)))
+    model = HeldModel(smollm)
+    scheduler = TurnScheduler(model, SchedulerConfig(normal=Lane("normal", 2, 500.0)))
     cancel_after_two = GenerationRequest([Message("user", "Tell me a long story about a dragon.")], max_tokens=64)
     pieces = []
 
@@ -246,11 +327,15 @@ def test_a_request_cancelled_inside_a_real_batch_stops_alone(smollm):
     cancel_after_two.on_text = on_text
     other = GenerationRequest([Message("user", "Tell me a long story about a cat.")], max_tokens=40)
     try:
+        model.hold(scheduler)
         a = scheduler.submit(cancel_after_two, confidence=0.9, tier=3)
         b = scheduler.submit(other, confidence=0.9, tier=3)
+        model.release.set()
         ra, rb = a.future.result(60), b.future.result(60)
     finally:
+        model.release.set()
         scheduler.close(10)
+    assert a.batch_size == b.batch_size == 2
     assert ra.stop_reason == "cancelled" and ra.tokens <= 4
     assert rb.stop_reason in ("length", "end") and rb.tokens > ra.tokens
 

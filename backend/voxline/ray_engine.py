@@ -9,8 +9,9 @@ Where batching happens: inside each LLM replica. One CTranslate2 `generate_batch
 batch in one process, so each `LLMWorker` runs its own `TurnScheduler` in front of its model. The front forwards
 each request's ASR confidence and the user's tier, so the priority lanes mean what they mean in the embedded
 server, per replica. With several replicas, Serve's router sends each request to the replica with fewer ongoing
-requests (power of two choices) and every replica batches what it receives; a replica accepts up to its scheduler's
-`queue_limit` plus one full batch, so Serve never holds back the requests a batch is waiting for.
+requests (power of two choices) and every replica batches what it receives: a free model starts a request at once,
+and what reaches it while the model is busy is batched by lane when it frees (work-conserving, see scheduler.py); a
+replica accepts up to its scheduler's `queue_limit` plus one full batch, so Serve never holds back what could join.
 
 Streaming: `LLMWorker.generate` is an async generator; the front reads it through `handle.options(stream=True)`
 and hands each text delta to the turn as it arrives, so the first clause is spoken as early as in the embedded
