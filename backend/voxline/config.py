@@ -121,7 +121,8 @@ class Settings:
     node_modules_dir: Path = REPO_ROOT / "node_modules"
     # Serving under load (see voxline/scheduler.py for what each number means).
     batching: bool = True
-    """Dynamic batching with priority lanes; off = one reply at a time, first come first served."""
+    """Dynamic batching with priority lanes (work-conserving: an idle model starts a request at once, what queues
+    while it is busy is batched); off = one reply at a time, first come first served."""
     default_user_tier: int = 3
     """Service tier (1-5) of a session whose site key does not give one."""
     trust_client_tier: bool = False
@@ -133,20 +134,25 @@ class Settings:
     scheduler_high_min_priority: float = 0.85
     scheduler_high_max_batch: int = 4
     scheduler_high_max_wait_ms: float = 80.0
+    """Window of the high lane: once the model frees, a lane whose oldest request has waited this long goes first
+    (earliest deadline first). Dispatch is work-conserving: a window never delays an idle model (scheduler.py)."""
     scheduler_normal_min_priority: float = 0.6
     scheduler_normal_max_batch: int = 8
     scheduler_normal_max_wait_ms: float = 150.0
+    """Window of the normal lane, as `scheduler_high_max_wait_ms`."""
     scheduler_bulk_max_batch: int = 16
     scheduler_bulk_max_wait_ms: float = 300.0
+    """Window of the bulk lane, as `scheduler_high_max_wait_ms`."""
     scheduler_low_confidence_below: float = 0.4
     scheduler_low_confidence_max_batch: int = 2
     scheduler_low_confidence_max_wait_ms: float = 20.0
+    """Window of the low_confidence lane, as `scheduler_high_max_wait_ms`."""
     scheduler_queue_limit: int = 64
+    """LLM requests waiting beyond which new turns get `error {code: "overloaded", retry_after_ms}`."""
     scheduler_max_queue_wait_s: float = 20.0
     """A turn whose LLM request would wait longer than this (estimated) gets `overloaded` at once; 0 = no bound."""
     scheduler_max_batch_prompt_tokens: int = 2048
     """Prompt tokens one LLM batch may prefill; a batch of long histories is cut short (see scheduler.py)."""
-    """LLM requests waiting beyond which new turns get `error {code: "overloaded", retry_after_ms}`."""
     llm_threads: int = 0
     """CPU threads of the LLM; 0 = half the cores, at least 1. The rest synthesize speech, re-recognise and run the
     event loop: on 2 cores a second LLM thread made generation slower, not faster, once TTS ran beside it."""
