@@ -12,8 +12,7 @@ class PlayerProcessor extends AudioWorkletProcessor {
       if (data.type === 'start') {
         if (this.replyId !== null) this.finish('stopped'); // a new reply cuts the old one: its end is reported
         this.reset(data.replyId);
-      }
-      else if (data.type === 'chunk' && data.replyId === this.replyId) {
+      } else if (data.type === 'chunk' && data.replyId === this.replyId) {
         this.chunks.push(data.samples);
         this.queued += data.samples.length;
       } else if (data.type === 'end' && data.replyId === this.replyId) this.complete = true;
