@@ -218,3 +218,15 @@ def test_with_the_classifier_off_the_same_words_go_to_the_chat(server_engines):
                   server_engines.resolver, server_engines.llm, server_engines.tts, server_engines.asr)
     kinds = [f["type"] for f in _turn_frames(off, "darken the living room")]
     assert "intent" not in kinds and "reply.delta" in kinds
+
+
+def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_domain():
+    from voxline.server.intent_classifier import could_be_command, domain_vocabulary
+
+    vocabulary = domain_vocabulary(builtin_grammar())
+    for question in ["what is the capital of france", "tell me a joke", "how do i make pancakes",
+                     "what is the weather like tomorrow", "who wrote hamlet", "remind me to call my mother"]:
+        assert not could_be_command(question, vocabulary), question
+    for paraphrase in ["darken the kitchen", "freeze the music", "twenty five minutes on the clock for the pasta",
+                       "i'd like the lights on in the bedroom", "what does mute mean"]:
+        assert could_be_command(paraphrase, vocabulary), paraphrase

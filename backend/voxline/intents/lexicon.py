@@ -128,7 +128,9 @@ class _Builder:
     def build(self, version: str) -> dict[str, Any]:
         start = self._new()
         skip_tail = self._new(end=True)
-        for phrase in self.language.skip_words:
+        # Fillers may also stand inside a sentence; the graph takes them only at its edges, as skip words (too
+        # strict there, which the free decode covers).
+        for phrase in dict.fromkeys(self.language.skip_words + getattr(self.language, "fillers", ())):
             self._path(start, phrase, start)
             self._path(skip_tail, phrase, skip_tail)
         root = self._visit(self.language.trie.root)

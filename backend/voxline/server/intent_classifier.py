@@ -127,7 +127,8 @@ class Classification:
     command_prob: float
     """The model's probability of `command` (0 when not asked)."""
     reason: str
-    """``accepted``, ``none``, ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long`` or ``empty``."""
+    """``accepted``, ``none``, ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long``, ``off_domain`` (no
+    content word of the commands: the model is not asked) or ``empty``."""
     elapsed_s: float = 0.0
 
 
@@ -150,6 +151,40 @@ def room_names(grammar: Grammar) -> list[str]:
     """The spoken names of the `area` list (first synonym of each value), for the prompt."""
     area = grammar.language(COMMAND_LANG).lists.get("area")
     return [value.synonyms[0] for value in getattr(area, "values", ())]
+
+
+FUNCTION_WORDS = frozenset(
+    "a an the this that these those it its i me my mine you your we us our they them their he him his she her "
+    "is are was were be been being am do does did have has had will would can could shall should may might must "
+    "what whats who whom whose which where when why how and or but if so not no yes of for with about at by from "
+    "as than then there here please just some any all to into like tell make give get let go want need know think "
+    "say again really very much one ok okay now right well".split())
+"""English words that say nothing about the domain: sharing only these with the grammar is no sign of a command."""
+DURATION_WORDS = frozenset("second seconds minute minutes hour hours".split())
+
+
+def domain_vocabulary(grammar: Grammar, lang: str = COMMAND_LANG) -> frozenset[str]:
+    """The content words of `lang`'s commands: template words, list values, duration units and canonical commands."""
+    language = grammar.language(lang)
+    words: set[str] = set(DURATION_WORDS)
+    for template in language.templates:
+        for expansion in template.expansions:
+            words.update(element for element in expansion if isinstance(element, str))
+    for slot_list in language.lists.values():
+        for entry in getattr(slot_list, "values", ()):
+            for synonym in entry.synonyms:
+                words.update(normalize(synonym).split())
+    for commands in CANONICAL_COMMANDS.values():
+        for command in commands:
+            words.update(normalize(command).split())
+    return frozenset(words - FUNCTION_WORDS)
+
+
+def could_be_command(utterance: str, vocabulary: frozenset[str]) -> bool:
+    """Whether `utterance` shares a content word with the commands: necessary, not sufficient, for the classifier
+    to be asked at all. It can only be too lenient (ask about "what does mute mean"), never too strict for a
+    paraphrase that names what it acts on; one that names nothing of the domain ("make it stop") may be missed."""
+    return any(word in vocabulary for word in normalize(utterance).split())
 
 
 def parse_command(reply: str, grammar: Grammar) -> Match | None:
@@ -225,6 +260,7 @@ class LLMClassifier:
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
 
     def __post_init__(self) -> None:
+        self._vocabulary = domain_vocabulary(self.grammar)
         rooms = ", ".join(room_names(self.grammar)) or "none"
         system = SYSTEM.format(commands="\n".join(command_lines(self.grammar)), rooms=rooms)
         fmt = self.llm.format
@@ -240,6 +276,8 @@ class LLMClassifier:
             return Classification(None, NONE, 0.0, "empty")
         if len(text) > self.config.max_utterance_chars or len(text.split()) > self.config.max_utterance_words:
             return Classification(None, NONE, 0.0, "too_long")
+        if lang == COMMAND_LANG and not could_be_command(text, self._vocabulary):
+            return Classification(None, NONE, 0.0, "off_domain", time.perf_counter() - started)
         reply, prob = self.rewrite(text)
         match = parse_command(reply, self.grammar)
         command = normalize(reply.strip().splitlines()[0]) if reply.strip() else NONE
@@ -291,7 +329,11 @@ def classifier_for(engines) -> LLMClassifier | None:
                      "not calibrated for it" if usable else "not in this process")
             engines.__dict__["_intent_classifier"] = False
             return None
-        cached = LLMClassifier(llm, engines.grammar, config)
+        try:
+            cached = LLMClassifier(llm, engines.grammar, config)
+        except Exception:  # a broken model must fail the chat turn with its own error, not here
+            log.exception("intent classifier not used: it could not be built on LLM %r", getattr(llm, "name", llm))
+            return None
         engines.__dict__["_intent_classifier"] = cached
         # The first call prefills the static prompt (~700 tokens, seconds on a CPU): do it now, beside the turn
         # that built the classifier, rather than in the first turn that needs it.

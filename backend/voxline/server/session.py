@@ -563,10 +563,11 @@ class Session:
             if not turn.text:
                 self._finish(turn, "")
                 return
-            classifier = classifier_for(self.engines)  # built (and warmed up) on the server's first turn
             match = self.engines.resolver.resolve(turn.text, self.lang).match
             turn.mark("intent_ms")
-            if match is None and classifier is not None:  # the grammar missed: is it still one of the intents?
+            # Built (and warmed up) on the first turn the grammar misses.
+            classifier = classifier_for(self.engines) if match is None else None
+            if classifier is not None:  # the grammar missed: is it still one of the intents?
                 verdict = await asyncio.to_thread(classifier.classify, turn.text, self.lang)
                 turn.mark("classify_ms")
                 match = verdict.match
