@@ -274,7 +274,7 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
     intent = next((e for e in own if e["name"] == "intent"), None)
     finals = [e for e in own if e["name"] == "transcript" and e.get("final") and e.get("source") != "server"]
     server_finals = [e for e in own if e["name"] == "transcript" and e.get("source") == "server"]
-    replied = any(e["name"] == "reply" for e in own)
+    replied = any(e["name"] == "reply" and (e.get("text") or "").strip() for e in own)  # pages emit empty finals
     got = intent["intent"] if intent else None
     got_slots = dict(intent.get("slots") or {}) if intent else {}
     intent_ok = item.accepts(got)
