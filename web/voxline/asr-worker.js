@@ -74,7 +74,7 @@ async function drain() {
         continue;
       }
       const audio = ring.read(request.start, request.end);
-      const result = await whisper.transcribe(audio, settings, () => request.cancelled);
+      const result = await whisper.transcribe(audio, settings, () => request.cancelled, request.final);
       if (!result.cancelled) {
         self.postMessage({ type: 'transcript', id: request.id, final: request.final, start: request.start,
           end: request.end, queuedMs: performance.timeOrigin + started - request.sentAtEpochMs, ...result });

@@ -51,7 +51,7 @@ export const DEFAULTS = Object.freeze({
   /** Hypotheses the grammar-constrained search keeps per step (each costs one decoder step). */
   grammarBeam: 3,
   /** Decoder steps the constrained search may spend beyond the free decode, at most. */
-  grammarMaxSteps: 24,
+  grammarMaxSteps: 16,
   /** Utterances up to this long, heard with word confidence below `commandPromptBelowConfidence` and not as a
    * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */
   commandPromptMaxSecs: 3,

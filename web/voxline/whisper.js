@@ -154,8 +154,11 @@ export class Whisper {
    * @param {Float32Array} audio 16 kHz mono speech (no longer than the largest window)
    * @param {import('./settings.js').Settings} settings
    * @param {() => boolean} cancelled checked between decoder steps
+   * @param {boolean} final false for a partial while the user speaks: then a command reading is given only where
+   *   the free transcript already is one (no search, no second decode), so that partials leave the cores to the
+   *   voice detector and to the final decode
    */
-  async transcribe(audio, settings, cancelled = () => false) {
+  async transcribe(audio, settings, cancelled = () => false, final = true) {
     const t0 = performance.now();
     const window = new Float32Array(this.windowSamples(audio.length, settings));
     window.set(audio.subarray(Math.max(0, audio.length - window.length)));
@@ -176,13 +179,13 @@ export class Whisper {
     }
     // The free transcript (what the server gets) and, where it is a command, its reading: no extra work for a
     // command heard well, nor for a clear question.
-    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled);
+    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, final);
     if (free.cancelled) return free;
     const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
     const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
     // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
     // commands, and keep that reading if it is confident.
-    if (!sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
+    if (final && !sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
@@ -193,12 +196,12 @@ export class Whisper {
   }
 
   /** A decode after `prompt` and its command reading. */
-  async #read(prompt, crossK, crossV, budget, settings, cancelled) {
+  async #read(prompt, crossK, crossV, budget, settings, cancelled, search = true) {
     const decoded = await this.#decode(crossK, crossV, prompt, budget, cancelled);
     if (decoded.cancelled) return decoded;
     const { states, logprobs, eotLogprob, ...free } = decoded;
     const since = performance.now();
-    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled);
+    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled, search);
     if (command?.cancelled) return command;
     if (command) command.ms = performance.now() - since;
     return { ...free, command };
@@ -261,7 +264,7 @@ export class Whisper {
    * @returns {Promise<{text: string, confidence: number, margin: number, constrained: boolean, steps: number}|
    *   {cancelled: true}|null>}
    */
-  async #commandReading(free, steps, crossK, crossV, budget, settings, cancelled) {
+  async #commandReading(free, steps, crossK, crossV, budget, settings, cancelled, search = true) {
     const graph = this.graph;
     const eot = this.tokenizer.eot;
     let state = graph.start();
@@ -278,6 +281,7 @@ export class Whisper {
     if (agreed === free.ids.length && free.eotLogprob !== null && graph.complete(state)) {
       return this.#reading(ids, chosen, tops, 0, false, state);
     }
+    if (!search) return null;
     let floor = freeTotal - settings.grammarMaxMarginNats;
     let root;
     if (agreed < steps.length) {
