@@ -31,10 +31,11 @@ LONG_QUESTION = "Why is the sky blue?"
 GREEDY_TOKENS = 24
 
 # Pearson correlation of last-position logits, int8 model vs float32 reference, on SHORT_QUESTION. Measured:
-# SmolLM2 0.989, Qwen2.5 0.996 (CT2 int8 quantises weights per row and activations on the fly). A SmolLM2 build
-# that skips the RoPE row un-permutation scores 0.73 here even in float32, so 0.98 separates the two with margin.
+# SmolLM2 0.989, Qwen2.5 0.996 (CT2 int8 quantises weights per row and activations on the fly); on an AMD EPYC,
+# whose int8 kernels differ, SmolLM2 0.977. A SmolLM2 build that skips the RoPE row un-permutation scores 0.73 here
+# even in float32, so 0.95 separates the two with margin on either CPU.
 # Longer prompts drift further under int8 (Qwen: 0.94-0.97 measured), hence the short one.
-INT8_MIN_CORRELATION = 0.98
+INT8_MIN_CORRELATION = 0.95
 
 
 def chatml(question: str) -> str:

@@ -59,8 +59,9 @@ def test_graph_front_end_matches_pipecat(pipecat, merged, seed, voiced_secs):
     expected = classifier.run(None, {"input_features": features})[0]
     got = merged.run(None, {"samples": samples[None]})[0]
     assert got.shape == expected.shape == (1, 1)
-    # The quantised classifier amplifies feature noise (MODELS.md); 0.02 is far tighter than its decision margin.
-    assert abs(float(got[0, 0]) - float(expected[0, 0])) < 0.02
+    # The quantised classifier amplifies feature noise (MODELS.md): 0.01 apart on one CPU, 0.05 on an AMD EPYC
+    # (other int8 kernels); 0.1 is still well inside the margin the page trusts it by (turnCompleteProb 0.7).
+    assert abs(float(got[0, 0]) - float(expected[0, 0])) < 0.1
 
 
 def test_merged_model_takes_samples_only(merged):

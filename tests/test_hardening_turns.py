@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import socket
@@ -289,7 +290,14 @@ def test_a_loaded_model_altered_with_size_and_mtime_kept_stops_startup(cache_wit
     flip_byte_keeping_mtime(paths.model_dir(spec.name) / artifact)
     assert is_current(spec)
     settings = Settings.from_env(llm_model=SMOLLM, tts_engine="espeak")
-    with pytest.raises(RuntimeError, match="did not start"), serving(create_app(settings), settings):
-        pass
+    # uvicorn logs the failed startup on "uvicorn.error"; once any earlier test has configured uvicorn's logging,
+    # its records stop at the "uvicorn" logger (propagate off) and never reach the root logger caplog listens on.
+    uvicorn_error = logging.getLogger("uvicorn.error")
+    uvicorn_error.addHandler(caplog.handler)
+    try:
+        with pytest.raises(RuntimeError, match="did not start"), serving(create_app(settings), settings):
+            pass
+    finally:
+        uvicorn_error.removeHandler(caplog.handler)
     assert "differ from their pins" in caplog.text and "hibari-heart" in caplog.text
     assert "voxline models fetch" in caplog.text
