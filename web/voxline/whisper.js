@@ -10,12 +10,16 @@
 //
 // Command reading (grammar-aware decoding, when a `CommandGraph` is set): beside the free transcript, the most
 // likely reading that is a sentence of the grammar. Where the free transcript already is one, it is the reading
-// and costs nothing more. Otherwise the decode is continued from the first token the grammar refuses, greedily
-// among the tokens it allows, from the decoder state saved at that step; it is given up once its log-likelihood
-// falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only falls as
-// tokens are added, so giving up early never loses a reading within the margin). Its command confidence is the
-// geometric mean, over its word tokens, of the probability of every token spelling the same word (" Stop",
-// "stop", " STOP" count together), so case and spacing variants do not dilute it as they dilute word confidence.
+// and costs nothing more. Otherwise a best-first beam continues the decode from the first token the grammar
+// refuses, among the tokens it allows, from the decoder state saved at that step; a hypothesis is dropped once its
+// log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only
+// falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
+// decoded once more with a prompt of the grammar's short commands, and its reading kept when it is more confident.
+// Command confidence: the geometric mean, over the reading's word tokens, of the probability of every token
+// spelling the same word (" Stop", "stop", " STOP" count together, so case and spacing variants do not dilute it as
+// they dilute word confidence), times exp(½ · margin) when the reading is less likely than the free transcript;
+// over free text (a song name) plain token probabilities count. Partials (while the user speaks) get a reading
+// only where the free transcript is one: no search, no second decode.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
