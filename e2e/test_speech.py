@@ -30,6 +30,8 @@ UTTERANCES = [
     ("go back to the previous track", "en-us+f3"),
 ]
 END_TOLERANCE_S = 0.35
+HANGOVER_S = 0.7  # web/voxline/settings.js hangoverSecs (the default; this test does not override it)
+FRAME_S = 0.064  # two VAD frames of 32 ms: where the silence is counted from, and the frame that ends it
 UNVOICED_ONSET_S = 0.5
 
 
@@ -77,8 +79,13 @@ def test_events_follow_the_capture_clock(open_voxline, spoken):
         assert start["audio_t"] >= start["start_t"]
         assert abs(end["end_t"] - truth.end_s) < END_TOLERANCE_S, (truth, end)
         assert end["audio_t"] >= truth.end_s
-        if i > 0:
-            assert end["audio_t"] - truth.end_s < 1.5, "the turn should end within the silence hangover"
+        # The endpointer ends the turn once the hangover of silence is heard: on the capture clock, the end of
+        # speech plus the hangover plus however far the listening worker ran behind the microphone (`lag_s`, which
+        # is load: seen 0.1-1.0 s on 2 shared cores with or without grammar-aware decoding; a figure for
+        # benchmarks, not for a test that must hold on a loaded machine).
+        decided = end["audio_t"] - max(0.0, end["lag_s"])
+        assert decided - truth.end_s < HANGOVER_S + END_TOLERANCE_S + FRAME_S, (
+            "the turn should end within the silence hangover", truth, end)
 
 
 def test_silence_gives_no_transcript(open_voxline, tmp_path):
