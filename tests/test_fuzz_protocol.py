@@ -34,8 +34,6 @@ from voxline.server.ws import websocket_endpoint
 
 SMOLLM = "smollm2-135m-instruct-ct2"
 TURN_TIMEOUT_S = 60.0
-MAX_DROPPED_SOCKETS = 1
-"""Fuzzed sessions over real sockets that may end without any close frame (see the socket fuzz test)."""
 """A turn of the fuzz must end within this (a few hundred ms on SmolLM2 with 8 reply tokens): else it hangs."""
 FRAME_TIMEOUT_S = 5.0
 """Handing one frame to the session never waits on a model."""
@@ -597,24 +595,28 @@ def test_a_keyed_server_fuzzed_over_real_sockets_stays_within_its_memory_bound(k
             except ConnectionClosed as closed:
                 code = closed.rcvd.code if closed.rcvd else None
                 if code is None and closed.sent is None:
-                    # The socket went without a close frame either way. Seen once in a full CI run on 2 loaded
-                    # cores (cause not pinned down: open); bounded below, and never a server error code.
-                    dropped.append(closed)
+                    # No close frame either way: only after a frame over the limit, which the server never reads
+                    # (`CLOSE_MESSAGE_TOO_BIG`); reproduced on demand, ~1 in 3 such sessions on this machine.
+                    assert any(isinstance(frame, tuple) and len(frame[1]) > p.MAX_FRAME_BYTES for frame in inbound), (
+                        "a socket closed without a close frame, though every frame was within the limit", closed)
                     return
                 assert code in CLOSE_CODES, (code, closed)
                 assert code != p.CLOSE_INTERNAL_ERROR
                 closes.append(code)
 
-    dropped: list[ConnectionClosed] = []
     with peak_rss(keyed_serve) as rss:
         one_session()
-    assert len(dropped) <= MAX_DROPPED_SOCKETS, dropped
     growth = rss["peak"] - rss["before"]
     print(f"server RSS {rss['before'] / 2**20:.0f} MiB, peak {rss['peak'] / 2**20:.0f} MiB over {len(closes)} sessions")
     assert growth <= FUZZ_MEMORY_BOUND_BYTES, f"server RSS grew by {growth / 2**20:.0f} MiB"
-    assert p.CLOSE_NORMAL in closes and p.CLOSE_UNAUTHENTICATED in closes, closes
-    with connect(keyed_serve.ws) as ws:  # still serving
-        from voxline.server.auth import mint_token, parse_site_keys
+    assert p.CLOSE_UNAUTHENTICATED in closes, closes
+    from voxline.server.auth import mint_token, parse_site_keys
 
+    with connect(keyed_serve.ws) as ws:  # still serving, and a good session still ends normally
         ws.send(json.dumps({"type": "hello", "v": 1, "token": mint_token(parse_site_keys(KEYS_JSON)["app"])}))
         assert _next_json(ws)["type"] == "welcome"
+        ws.send('{"type": "bye"}')
+        with pytest.raises(ConnectionClosed) as info:
+            while True:
+                ws.recv(timeout=FRAME_TIMEOUT_S)
+    assert info.value.rcvd.code == p.CLOSE_NORMAL

@@ -31,7 +31,9 @@ CLOSE_POLICY_VIOLATION = 1008
 """Too many bad frames in a row (`MAX_CONSECUTIVE_BAD_FRAMES`): the peer is not speaking this protocol; or it
 kept sending after `rate_limited` (`MAX_RATE_LIMITED_FRAMES` frames dropped in a row)."""
 CLOSE_MESSAGE_TOO_BIG = 1009
-"""A frame over `MAX_FRAME_BYTES`: uvicorn closes the connection before reading it (`ws_max_size`)."""
+"""A frame over `MAX_FRAME_BYTES`: uvicorn closes the connection before reading it (`ws_max_size`). The client
+may see only a reset, without this code: the server stops reading, so the rest of the frame is still unread when it
+closes the socket, and the kernel answers with a TCP reset that discards the close frame from the client's buffer."""
 CLOSE_INTERNAL_ERROR = 1011
 """The server hit an unexpected error outside any turn."""
 CLOSE_SERVICE_RESTART = 1012
