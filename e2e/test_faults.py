@@ -129,6 +129,10 @@ def test_a_killed_backend_is_shown_cached_commands_work_and_the_page_reconnects(
         assert answer["interrupted"] is False and answer["text"].strip(), timeline()
         assert len(sockets) >= 2 and len(set(sockets)) == 1, sockets
         assert [e["code"] for e in events("error") if e["code"] != "backend_unreachable"] == [], timeline()
+        links = [e["state"] for e in events("link")]
+        assert links[:3] == ["connecting", "open", "offline"] and links[-1] == "open", links
+        assert set(links) == {"connecting", "open", "offline"}, f"never closed for good: {links}"
+        assert all(a != b for a, b in zip(links, links[1:])), f"each change reported once: {links}"
     finally:
         browser.close()
         if server.poll() is None:

@@ -40,9 +40,11 @@ function newLink(options = {}) {
   FakeSocket.opened = [];
   const errors = [];
   const statuses = [];
-  const handlers = { onError: (code, message) => errors.push({ code, message }), onStatus: (s) => statuses.push(s) };
+  const states = [];
+  const handlers = { onError: (code, message) => errors.push({ code, message }), onStatus: (s) => statuses.push(s),
+    onState: (state, detail) => states.push(detail.reason ? `${state}:${detail.reason}` : state) };
   const link = new BackendLink('ws://voxline.test/ws', handlers, { reconnect: FAST, ...options });
-  return { link, errors, statuses };
+  return { link, errors, statuses, states };
 }
 
 const welcome = { type: 'welcome', session_id: 's', v: 1, limits: {}, reply_audio: {}, models: {} };
@@ -118,6 +120,39 @@ test('a restart (1012) or a refused session (4429) reconnects with backoff', asy
     assert.deepEqual(errors.map((e) => e.code), ['backend_unreachable']);
     link.close();
   }
+});
+
+test('link states: each change once, through a restart, an idle close, a wake, a refusal and a stop', async () => {
+  const { link, states } = newLink();
+  await link.connect();
+  await settle();
+  FakeSocket.opened[0].serverSends(welcome);
+  FakeSocket.opened[0].serverCloses(1012); // the server restarts: offline, then connecting again by itself
+  await settle();
+  FakeSocket.opened[1].serverSends(welcome);
+  FakeSocket.opened[1].serverCloses(4408); // idle: closed until there is a turn to send
+  await settle();
+  const woken = link.wake();
+  await settle();
+  FakeSocket.opened[2].serverSends(welcome);
+  await woken;
+  link.close();
+  await settle();
+  assert.deepEqual(states, ['connecting', 'open', 'offline', 'connecting', 'open', 'closed:idle', 'connecting', 'open',
+    'closed:stopped']);
+
+  const refused = newLink();
+  await refused.link.connect();
+  await settle();
+  FakeSocket.opened[0].serverCloses(4403);
+  refused.link.close(); // already closed for good; the page lets go of it too
+  await settle();
+  assert.deepEqual(refused.states, ['connecting', 'closed:refused', 'closed:stopped']);
+
+  const noToken = newLink({ token: async () => { throw new Error('HTTP 503'); } });
+  await noToken.link.connect();
+  noToken.link.close();
+  assert.deepEqual(noToken.states, ['offline:token_unavailable', 'closed:stopped']);
 });
 
 test('a token source that fails is reported and tried again', async () => {

@@ -21,13 +21,14 @@ test('a local command: loading, idle, listening, thinking, back to listening', (
 
 test('a question: thinking while the text streams, speaking until the audio has played', () => {
   const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply', { text: 'The', final: false }),
-    ev('reply-audio', { first: true }), ev('reply', { text: 'The capital.', final: true, audioPending: true }), 'played');
+    ev('reply-audio', { first: true }), ev('reply', { text: 'The capital.', final: true, audioPending: true }),
+    ev('reply-audio', { last: true, played_ms: 1500 }));
   assert.deepEqual(shown, ['idle', 'listening', 'thinking', 'thinking', 'speaking', 'speaking', 'listening']);
 });
 
 test('reply text may finish before its first sample plays', () => {
   const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply', { text: 'Hi.', final: true, audioPending: true }),
-    ev('reply-audio', { first: true }), 'played');
+    ev('reply-audio', { first: true }), ev('reply-audio', { last: true, played_ms: 400 }));
   assert.deepEqual(shown, ['idle', 'listening', 'thinking', 'speaking', 'speaking', 'listening']);
 });
 
@@ -48,8 +49,18 @@ test('an unintelligible turn settles back to listening', () => {
 
 test('the server unreachable is offline, not an error, and clears when it answers again', () => {
   const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('error', { code: 'backend_unreachable' }),
-    ev('speech-end'), ev('intent', { intent: 'media.pause', source: 'local' }), { type: 'link', detail: { connected: true } });
-  assert.deepEqual(shown.slice(2), ['thinking', 'offline', 'thinking', 'offline', 'listening']);
+    ev('speech-end'), ev('intent', { intent: 'media.pause', source: 'local' }), ev('link', { state: 'connecting' }), ev('link', { state: 'open' }));
+  assert.deepEqual(shown.slice(2), ['thinking', 'offline', 'thinking', 'offline', 'offline', 'listening']);
+});
+
+test('the link: offline while it reconnects or when refused; an idle close or a connection attempt changes nothing', () => {
+  const after = (...states) => run('voxline:ready', 'listen', ...states.map((detail) => ev('link', detail))).at(-1);
+  assert.equal(after({ state: 'connecting' }, { state: 'open' }), 'listening');
+  assert.equal(after({ state: 'open' }, { state: 'offline', retry_ms: 500 }), 'offline');
+  assert.equal(after({ state: 'offline' }, { state: 'connecting' }), 'offline');
+  assert.equal(after({ state: 'open' }, { state: 'closed', reason: 'refused' }), 'offline');
+  assert.equal(after({ state: 'open' }, { state: 'closed', reason: 'idle' }), 'listening');
+  assert.equal(after({ state: 'closed', reason: 'idle' }, { state: 'connecting' }, { state: 'open' }), 'listening');
 });
 
 test('a refused microphone is an error until the user tries again', () => {

@@ -11,6 +11,7 @@ export const EVENTS = Object.freeze({
   reply: 'voxline:reply',
   replyAudio: 'voxline:reply-audio',
   timings: 'voxline:timings',
+  link: 'voxline:link',
   error: 'voxline:error',
 });
 

@@ -33,6 +33,13 @@ export function isCompleteCommand(result) {
   return Boolean(result?.match) && !result.prefix;
 }
 
+/** A promise with its resolve and reject (Promise.withResolvers, which Node 20 lacks). */
+function deferred() {
+  let resolve, reject;
+  const promise = new Promise((yes, no) => { resolve = yes; reject = no; });
+  return { promise, resolve, reject };
+}
+
 export class IntentResolver {
   /** @type {IntentCache} */ cache;
   /** @type {Worker|null} */ #worker = null;
@@ -44,6 +51,8 @@ export class IntentResolver {
   #ready = false;
   /** @type {EngineFailure|null} */ #failure = null;
   /** @type {(() => void)[]} */ #grammarListeners = [];
+  /** Settled when the engine is ready (resolved) or has failed (rejected with its message). */
+  #readiness = deferred();
 
   /**
    * Open the cache and start the engine in the background.
@@ -75,6 +84,15 @@ export class IntentResolver {
   constructor(cache, lang) {
     this.cache = cache;
     this.#lang = lang;
+    this.#readiness.promise.catch(() => {}); // nobody may be waiting: not an unhandled rejection
+  }
+
+  /**
+   * Resolves when the engine has loaded; rejects with the reason when it cannot (see `failure`).
+   * @returns {Promise<void>}
+   */
+  whenReady() {
+    return this.#readiness.promise;
   }
 
   /** Whether the engine has loaded (recognize() answers). */
@@ -197,6 +215,7 @@ export class IntentResolver {
         // Entries are only as good as the grammar that made them: a new version empties the cache first.
         this.cache.setGrammarVersion(msg.grammar_version).catch(() => {}).then(() => {
           this.#ready = true;
+          this.#readiness.resolve();
           onReady({ grammar_version: msg.grammar_version, load_ms: msg.load_ms, timings: msg.timings });
         });
       } else if (msg.type === 'error' && msg.id === undefined) {
@@ -235,6 +254,7 @@ export class IntentResolver {
   #fail(failure) {
     this.#ready = false;
     this.#failure = failure;
+    this.#readiness.reject(new Error(failure.message));
     for (const id of [...this.#pending.keys()]) this.#settle({ type: 'error', id, ...failure });
   }
 }

@@ -10,6 +10,13 @@
 // before every connection (`tokenFromUrl`). Close codes that reconnecting cannot fix (a refused token or origin, a
 // protocol or language the server lacks) end the link for good with one `voxline:error`. A session the server closed
 // for being idle (4408) is not reopened until the page has a turn to send (`wake`).
+//
+// Link states (`onState`, the page's `voxline:link`), each reported once when it changes:
+//
+//   connecting ── welcome ──► open ── drop / server restart / no token ──► offline ── backoff ──► connecting
+//        │                     ├── idle close (4408) ──► closed {reason: 'idle'} ── wake (a turn to send) ──► connecting
+//        └── refused (4401, 4403, 4000, 4415) ────────────────────────► closed {reason: 'refused'}  (for good)
+//   close() from any state ──► closed {reason: 'stopped'}
 
 export const PROTOCOL_VERSION = 1;
 const FRAME_OPUS = 0x01;
@@ -92,7 +99,10 @@ function opusFrame(packet, turnId) {
  *   onTurnSent?: (turnId: number, transcript: string) => void,
  *   onError: (code: string, message: string, turnId?: number) => void,
  *   onStatus: (connected: boolean) => void,
+ *   onState?: (state: LinkState, detail: {reason?: string, retry_ms?: number}) => void,
  * }} LinkHandlers
+ * @typedef {'connecting'|'open'|'offline'|'closed'} LinkState
+
  */
 
 export class BackendLink {
@@ -124,6 +134,17 @@ export class BackendLink {
     this.lastErrorCode = null;
     /** @type {(() => void)[]} waiting in `wake` for the next `welcome` */
     this.welcomeWaiters = [];
+    /** @type {LinkState|null} the last state reported */
+    this.state = null;
+  }
+
+  /** Report a state change (a repeat of the current state and reason is not one). */
+  #setState(state, detail = {}) {
+    const key = `${state}:${detail.reason ?? ''}`;
+    if (key === this.stateKey) return;
+    this.state = state;
+    this.stateKey = key;
+    this.handlers.onState?.(state, detail);
   }
 
   async connect() {
@@ -134,11 +155,13 @@ export class BackendLink {
       this.hello.token = typeof this.token === 'function' ? await this.token() : this.token;
     } catch (error) {
       const delay = reconnectDelayMs(this.attempts++, this.reconnect);
+      this.#setState('offline', { reason: 'token_unavailable', retry_ms: delay });
       this.handlers.onError('token_unavailable', `No token for the Voxline server at ${host} (${error.message}); retrying in ${(delay / 1000).toFixed(1)} s. Local commands still work.`);
       if (!this.closed) setTimeout(() => this.connect(), delay);
       return;
     }
     if (this.closed || this.socket) return;
+    this.#setState('connecting');
     const socket = new WebSocket(this.url);
     socket.binaryType = 'arraybuffer';
     this.socket = socket;
@@ -153,19 +176,22 @@ export class BackendLink {
       const fatal = FATAL_CLOSES.get(event.code);
       if (fatal) {
         this.closed = true;
+        this.#setState('closed', { reason: 'refused' });
         if (this.lastErrorCode !== fatal[0]) this.handlers.onError(fatal[0], fatal[1](host));
         return;
       }
-      if (event.code === CLOSE_IDLE_TIMEOUT && !this.closed) {
-        this.dormant = true; // nothing to report: it reconnects when the page has a turn to send (wake)
-        return;
+      if (this.closed) return this.#setState('closed', { reason: 'stopped' });
+      if (event.code === CLOSE_IDLE_TIMEOUT) {
+        this.dormant = true; // no error: it reconnects when the page has a turn to send (wake)
+        return this.#setState('closed', { reason: 'idle' });
       }
       const delay = reconnectDelayMs(this.attempts++, this.reconnect);
+      this.#setState('offline', { retry_ms: delay });
       if (!was || event.code !== CLOSE_NORMAL) {
         this.handlers.onError('backend_unreachable',
           `The Voxline server at ${host} is unreachable (${event.code}); reconnecting in ${(delay / 1000).toFixed(1)} s. Local commands still work.`);
       }
-      if (!this.closed) setTimeout(() => this.connect(), delay);
+      setTimeout(() => this.connect(), delay);
     };
   }
 
@@ -188,6 +214,7 @@ export class BackendLink {
 
   close() {
     this.closed = true;
+    if (!this.socket) this.#setState('closed', { reason: 'stopped' }); // else when the socket has closed
     if (this.socket?.readyState === WebSocket.OPEN) this.socket.send(JSON.stringify({ type: 'bye' }));
     this.socket?.close(1000);
   }
@@ -237,6 +264,7 @@ export class BackendLink {
         this.connected = true;
         this.attempts = 0;
         this.sessionFirstTurnId = this.nextTurnId;
+        this.#setState('open');
         h.onStatus(true);
         for (const waiter of this.welcomeWaiters.splice(0)) waiter();
         return undefined;

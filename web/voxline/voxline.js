@@ -77,6 +77,8 @@ export class Voxline {
     this.turn = null;
     /** @type {Map<number, object>} decode request id → the turn it belongs to */
     this.decodes = new Map();
+    /** @type {Map<number, number>} decode request id → when it was asked for (capture clock, s) */
+    this.requestedAt = new Map();
     this.requestId = 0;
     this.listening = false;
   }
@@ -174,6 +176,18 @@ export class Voxline {
     await this.capture.stop();
   }
 
+  /**
+   * Let go of everything this instance holds: the microphone, the connection, the workers, the intent engine and
+   * the audio output. The instance cannot be used again; a new one loads from the browser's caches.
+   */
+  async dispose() {
+    await this.stop().catch(() => {}); // the microphone may never have opened
+    this.vadWorker?.terminate();
+    this.asrWorker?.terminate();
+    this.intents?.close();
+    await this.player?.context?.close().catch(() => {});
+  }
+
   #fail(code, message, turnId = undefined) {
     this.events.emit(EVENTS.error, { code, message, ...(turnId === undefined ? {} : { turn_id: turnId }) });
   }
@@ -189,6 +203,7 @@ export class Voxline {
   #decode(turn, start, end, final) {
     const id = ++this.requestId;
     this.decodes.set(id, turn);
+    this.requestedAt.set(id, this.capture.audioTime);
     this.asrWorker.postMessage({ type: 'decode', id, start, end, final,
       sentAtEpochMs: performance.timeOrigin + performance.now() });
     return id;
@@ -260,6 +275,8 @@ export class Voxline {
     if (msg.type !== 'transcript') return;
     const turn = this.decodes.get(msg.id);
     this.decodes.delete(msg.id);
+    const requestedAt = this.requestedAt.get(msg.id);
+    this.requestedAt.delete(msg.id);
     if (!turn) return;
     if (!msg.final) {
       if (turn === this.turn && !turn.final && msg.text) {
@@ -270,7 +287,7 @@ export class Voxline {
     }
     if (turn.final?.id !== msg.id) return; // a speculative decode the speaker talked over
     if (turn.final.pauseId) this.vadWorker.postMessage({ type: 'asr-idle', pauseId: turn.final.pauseId });
-    turn.result = msg;
+    turn.result = { ...msg, requestedAt, answeredAt: this.capture.audioTime };
     if (turn.ended) this.#finish(turn);
     // The pause's decode is the best partial there is: a complete command in it need not wait for the turn's end.
     else if (msg.text && msg.confidence >= this.settings.earlyIntentMinConfidence) this.#earlyIntent(turn, msg);
@@ -286,7 +303,10 @@ export class Voxline {
         margin: result.command.margin, constrained: result.command.constrained },
       start_t: turn.voicedAt / rate, end_t: turn.end / rate,
       timings: { encode_ms: result.encodeMs, decode_ms: result.decodeMs, command_ms: result.command?.ms,
-        total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard },
+        total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard,
+        // on the capture clock: when the page asked for this decode (the pause, or the end of the turn) and when
+        // its answer came back
+        requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
     if (!turn.dispatched) this.#finalIntent(turn, result);
   }
@@ -375,6 +395,7 @@ export class Voxline {
         this.backendConnected = connected;
         if (!connected) this.#endServerTurns();
       },
+      onState: (state, detail) => this.events.emit(EVENTS.link, { state, ...detail }),
       onTranscript: (turnId, text, confidence) => {
         const sent = this.sentTurns.get(turnId);
         if (sent && normalize(text) !== normalize(sent.text)) sent.reheard = true;

@@ -24,13 +24,8 @@ import { STYLES } from './styles.js';
 const SETTLE_AFTER_SPEECH_MS = 6000;
 /** After a transcript or some reply text, how long a server turn may stay silent before the button gives up. */
 const SETTLE_AFTER_TEXT_MS = 20000;
-/** How often the end of reply playback is checked (Voxline fires no event when the last sample has played). */
-const PLAYBACK_POLL_MS = 200;
-/** How often, while offline, the link is checked for having come back (Voxline fires no event for it either). */
-const LINK_POLL_MS = 1000;
 /** How long `extendIntents` waits for the intent engine (Pyodide) to start. */
 const ENGINE_WAIT_MS = 60000;
-const ENGINE_POLL_MS = 200;
 const DEFAULT_LABEL = 'Talk to the voice assistant';
 
 const STATUS_TEXT = Object.freeze({
@@ -66,13 +61,6 @@ const TEMPLATE = `
  * capture clock starts over), so the widget ends an instance for good and starts a fresh one on the next press.
  * @param {Voxline} voxline
  */
-function dispose(voxline) {
-  voxline.link?.close();
-  voxline.vadWorker?.terminate();
-  voxline.asrWorker?.terminate();
-  voxline.intents?.close();
-  voxline.player?.context?.close().catch(() => {});
-}
 
 /** "media.volume_down" → "media volume down": the answer line when a command has no confirmation sentence. */
 function describeIntent(name) {
@@ -96,8 +84,6 @@ export class VoxlineAssistant extends HTMLElement {
   /** @type {object[][]} every extendIntents() call, applied again to each new Voxline instance */
   #extensions = [];
   #settleTimer = 0;
-  #playbackTimer = 0;
-  #linkTimer = 0;
   /** @type {Record<string, HTMLElement>} */
   #ui;
 
@@ -176,7 +162,7 @@ export class VoxlineAssistant extends HTMLElement {
     this.#loading = null;
     this.#micOpened = false;
     await voxline.stop().catch(() => {});
-    dispose(voxline);
+    voxline.dispose();
     if (this.isConnected && !this.#option('lazy')) this.load().catch(() => {});
   }
 
@@ -227,7 +213,7 @@ export class VoxlineAssistant extends HTMLElement {
     this.#loading = null;
     const voxline = await loading.catch(() => null);
     if (voxline && this.#voxline === voxline) this.#voxline = null;
-    if (voxline) dispose(voxline);
+    if (voxline) voxline.dispose();
   }
 
   #option(name) {
@@ -255,7 +241,7 @@ export class VoxlineAssistant extends HTMLElement {
       // Let the next press try again from scratch (the server may be back).
       this.#voxline = null;
       this.#loading = null;
-      dispose(voxline);
+      voxline.dispose();
       throw error;
     }
     for (const documents of this.#extensions) {
@@ -265,13 +251,18 @@ export class VoxlineAssistant extends HTMLElement {
   }
 
   async #applyExtension(voxline, documents) {
-    const started = performance.now();
-    // The engine starts in the background (Pyodide takes seconds) and says when through `ready` only.
-    while (!voxline.intents?.ready) {
-      const failure = voxline.intents?.failure ?? (voxline.intents ? null : { message: 'the intent cache could not be opened' });
-      if (failure) throw new Error(`local intents are unavailable: ${failure.message}`);
-      if (performance.now() - started > ENGINE_WAIT_MS) throw new Error('the intent engine did not start in time');
-      await new Promise((resolve) => setTimeout(resolve, ENGINE_POLL_MS));
+    if (!voxline.intents) throw new Error('local intents are unavailable: the intent cache could not be opened');
+    // The engine starts in the background (Pyodide takes seconds).
+    let timer = 0;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error('the intent engine did not start in time')), ENGINE_WAIT_MS);
+    });
+    try {
+      await Promise.race([voxline.intents.whenReady().catch((error) => {
+        throw new Error(`local intents are unavailable: ${error.message}`);
+      }), late]);
+    } finally {
+      clearTimeout(timer);
     }
     return voxline.intents.extend(documents);
   }
@@ -322,29 +313,12 @@ export class VoxlineAssistant extends HTMLElement {
     this.#render(input.type);
   }
 
-  /** Timers that feed the state machine what Voxline does not fire events for. */
+  /** A turn that produced nothing (no words, no answer) fires no event: thinking ends after a while anyway. */
   #schedule(cause) {
-    const { phase, offline } = this.#status;
     clearTimeout(this.#settleTimer);
-    if (phase === 'thinking') {
+    if (this.#status.phase === 'thinking') {
       const wait = cause === EVENTS.speechEnd ? SETTLE_AFTER_SPEECH_MS : SETTLE_AFTER_TEXT_MS;
       this.#settleTimer = setTimeout(() => this.#input({ type: 'settle' }), wait);
-    }
-    if (phase === 'speaking' && !this.#playbackTimer) {
-      this.#playbackTimer = setInterval(() => {
-        if (this.#voxline?.player?.playing) return;
-        clearInterval(this.#playbackTimer);
-        this.#playbackTimer = 0;
-        this.#input({ type: 'played' });
-      }, PLAYBACK_POLL_MS);
-    }
-    if (offline && !this.#linkTimer) {
-      this.#linkTimer = setInterval(() => {
-        if (!this.#voxline?.backendConnected) return;
-        clearInterval(this.#linkTimer);
-        this.#linkTimer = 0;
-        this.#input({ type: 'link', detail: { connected: true } });
-      }, LINK_POLL_MS);
     }
   }
 

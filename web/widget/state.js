@@ -3,10 +3,10 @@
 //
 //   loading ── ready ──► idle ── press ──► listening ── speech-end ──► thinking ── reply-audio ──► speaking
 //                          ▲                  ▲  ▲                        │                          │
-//                          └──── press ───────┘  └── intent / reply done / nothing came (settle) ─┘ played
+//                          └──── press ───────┘  └── intent / reply done / nothing came (settle) ─┘ reply-audio last
 //
-// `offline` is not a phase but a flag: the last attempt to reach the server failed, yet local commands still
-// work, so the button keeps listening and only looks different. `error` is the one phase that needs the user
+// `offline` is not a phase but a flag: the server cannot be reached (`voxline:link` offline, or refused), yet local
+// commands still work, so the button keeps listening and only looks different. `error` is the one phase that needs the user
 // (models could not load, the microphone was refused).
 
 /** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
@@ -18,8 +18,8 @@
  */
 /**
  * @typedef {{type: string, detail?: any}} WidgetInput a `voxline:*` event (its name and detail), or an action:
- *   `load` (a Voxline instance starts loading), `listen`, `stop` (the user), `played` (the reply finished playing), `settle` (thinking waited too long),
- *   `link` {connected} (the server came back or went away), `failed` (loading or opening the microphone threw)
+ *   `load` (a Voxline instance starts loading), `listen`, `stop` (the user), `settle` (thinking waited too long),
+ *   `failed` (loading or opening the microphone threw)
  */
 
 export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false,
@@ -69,18 +69,20 @@ export function nextStatus(status, { type, detail = {} }) {
     case 'voxline:reply':
       s.offline = false;
       if (!detail.final) return { ...s, phase: s.phase === 'speaking' ? 'speaking' : 'thinking' };
-      // The text is complete, but its audio may still be playing (or about to start): `played` ends it.
+      // The text is complete, but its audio may still be playing (or about to start): its `last` sample ends it.
       return { ...s, phase: detail.audioPending ? 'speaking' : rest(s) };
     case 'voxline:reply-audio':
-      // `last`: the reply's last sample has played, or playback was stopped (barge-in): the same as `played`.
+      // `last`: the reply's last sample has played, or playback was stopped (barge-in).
       if (detail.last) return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
       return { ...s, offline: false, phase: 'speaking' };
-    case 'played':
-      return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
     case 'settle':
       return s.phase === 'thinking' ? { ...s, phase: rest(s) } : s;
-    case 'link':
-      return { ...s, offline: !detail.connected };
+    case 'voxline:link':
+      // Open: reachable again. Offline (reconnecting) or refused: local commands only. Connecting, an idle close
+      // (reopened with the next turn) and the page's own stop say nothing new about the server.
+      if (detail.state === 'open') return { ...s, offline: false };
+      if (detail.state === 'offline' || detail.reason === 'refused') return { ...s, offline: true };
+      return s;
     case 'voxline:error':
       if (OFFLINE_ERRORS.has(detail.code)) return { ...s, offline: true, phase: s.phase === 'loading' ? s.phase : rest(s) };
       if (FATAL_ERROR.test(detail.code ?? '')) return { ...s, phase: 'error', listening: false, hearing: false };

@@ -25,7 +25,7 @@ CHROMIUM_FLAGS = [
     "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
     "--autoplay-policy=no-user-gesture-required",
 ]
-EVENT_NAMES = ["ready", "speech-start", "speech-end", "transcript", "intent", "reply", "reply-audio", "error"]
+EVENT_NAMES = ["ready", "speech-start", "speech-end", "transcript", "intent", "reply", "reply-audio", "link", "error"]
 # Collects every voxline:* event on the page from the first moment, before any page script runs.
 RECORD_EVENTS = (
     "window.__vx = [];\n"

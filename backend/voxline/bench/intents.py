@@ -284,10 +284,43 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
         "expected": item.intent, "expected_slots": item.slots, "got": got, "got_slots": got_slots,
         "source": intent.get("source", "none") if intent else "none",
         "eos_to_intent_ms": round(1000 * (intent["audio_t"] - spoken.end_s), 1) if intent else None,
+        "early": bool(intent and intent.get("early")),
+        "stages": _stages(spoken, finals[0] if finals else None, intent),
         "heard": " | ".join(e["text"] for e in finals) or None,
         "server_heard": " | ".join(e["text"] for e in server_finals) or None, "replied": replied,
         "intent_ok": intent_ok, "slots_ok": intent_ok and (got is None or slots_match(item.slots, got_slots)),
     }
+
+
+STAGES = ("eos_to_vad_end_ms", "eos_to_decode_asked_ms", "eos_to_decode_answered_ms", "answer_to_intent_ms",
+          "asr_queued_ms", "asr_encode_ms", "asr_decode_ms", "asr_command_ms")
+"""Where the time of a command went, per utterance (see `_stages`)."""
+
+
+def _stages(spoken: Spoken, final: dict | None, intent: dict | None) -> dict:
+    """The stages of the device's own final transcript of an utterance, from the end of speech in the audio: where
+    the voice detector put the end of speech (`eos_to_vad_end_ms`, negative when before it), when the page asked
+    for the decode (at the pause: the detector's lag and the listening worker's) and got its answer, from there to
+    the intent (cache, grammar engine), and the recogniser's own times: waiting behind another decode
+    (`asr_queued_ms`), the encoder, the free decode and the command reading's search."""
+    if not final:
+        return {}
+    timings = final.get("timings") or {}
+    asked, answered = timings.get("requested_t"), timings.get("answered_t")
+    out = {"eos_to_vad_end_ms": 1000 * (final["end_t"] - spoken.end_s) if "end_t" in final else None,
+           "eos_to_decode_asked_ms": 1000 * (asked - spoken.end_s) if asked is not None else None,
+           "eos_to_decode_answered_ms": 1000 * (answered - spoken.end_s) if answered is not None else None,
+           "answer_to_intent_ms": 1000 * (intent["audio_t"] - answered) if intent and answered is not None else None,
+           "asr_queued_ms": timings.get("queued_ms"), "asr_encode_ms": timings.get("encode_ms"),
+           "asr_decode_ms": timings.get("decode_ms"), "asr_command_ms": timings.get("command_ms")}
+    return {k: round(v, 1) for k, v in out.items() if v is not None}
+
+
+def stage_figures(outcomes: list[dict]) -> dict:
+    """P50/P95 of every stage over the commands acted on rightly (see `_stages`), and how many acted early."""
+    right = [o for o in outcomes if o["kind"] != "ood" and o["intent_ok"] and o["got"]]
+    out = {stage: summary([o["stages"][stage] for o in right if stage in o.get("stages", {})]) for stage in STAGES}
+    return out | {"early_share": _rate(sum(o.get("early", False) for o in right), len(right))}
 
 
 def _rate(hits: int, n: int) -> float | None:
@@ -315,6 +348,7 @@ def figures(outcomes: list[dict]) -> dict:
         "ood": {"n": len(ood), "false_accepts": false_accepts, "false_accept_rate": _rate(false_accepts, len(ood))},
         "sources": {s: sum(o["source"] == s for o in asked) for s in SOURCES},
         "eos_to_intent_ms": {s: summary(latency[s]) for s in SOURCES if s in latency},
+        "stages": stage_figures(asked),
     }
 
 
