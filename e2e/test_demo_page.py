@@ -58,7 +58,7 @@ def test_a_corrupt_model_download_is_refused_with_a_way_out(page, voxline_server
 
 def test_a_failed_download_says_so(page, voxline_server):
     page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
-    page.route("**/wasm_models/whisper-tiny-en-onnx/encoder.int8.onnx", lambda route: route.abort())
+    page.route("**/wasm_models/whisper-tiny-en-onnx/encoder.int8.onnx?*", lambda route: route.abort())
     page.goto(voxline_server.url + "/")
     wait_for_js(page, "window.__error !== undefined", 60)
     assert page.evaluate("window.__error.code") == "model_download_failed"

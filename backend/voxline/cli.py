@@ -70,11 +70,16 @@ def _cmd_token_secret(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_fetch(args: argparse.Namespace) -> int:
+    from voxline.config import Settings
     from voxline.models import load_manifest
     from voxline.models.supply import fetch
+    from voxline.server.assets import precompress_browser_assets
 
     manifest = load_manifest()
     fetch(manifest, args.names or None, record=args.record)
+    # Brotli and gzip variants of what the page downloads (built once, skipped when present): see server/assets.py.
+    precompress_browser_assets(manifest, Settings.from_env().node_modules_dir,
+                               lambda line: print(line, file=sys.stderr))
     print(f"models ready in {paths.cache_dir()}", file=sys.stderr)
     return 0
 

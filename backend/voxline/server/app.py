@@ -3,7 +3,10 @@
 Browser models are served from memory, as hashed against the manifest at startup (`StartupVerification`), and only
 the files the manifest pins, so the URL space cannot reach anything else in the cache and an altered file is never
 sent. The server models are hashed before they are loaded. Static files are served only where the page or the
-widget loads them: the web app without its tests, and only the files of onnxruntime-web and Pyodide it fetches.
+widget loads them: the web app without its tests, and only the pinned files of onnxruntime-web and Pyodide
+(`runtimes.py`), hashed at startup too. Every one of them goes out with validators, a cache lifetime and, where it
+compresses, a brotli or gzip variant (`assets.py`): content-addressed URLs (models with `?sha256=`, runtimes at
+`/vendor/<package>/<version>/`) are immutable, the scripts are revalidated (a 304 costs headers only).
 """
 
 from __future__ import annotations
@@ -25,9 +28,10 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from voxline import __version__, paths
 from voxline.config import Settings
@@ -35,10 +39,13 @@ from voxline.errors import VoxlineError
 from voxline.models import Manifest, load_manifest
 from voxline.models.supply import StartupVerification, require_models
 from voxline.server.admission import Gate
+from voxline.server.assets import Asset, AssetSender
 from voxline.server.cors import CrossOriginMiddleware
 from voxline.server.drain import Drain
 from voxline.server.headers import IsolationHeadersMiddleware
 from voxline.server.metrics import ServerMetrics
+from voxline.server.runtimes import (ONNXRUNTIME_WEB, PYODIDE, RUNTIMES, RuntimeFile, browser_runtimes,
+                                     load_runtime_files)
 from voxline.server.session import Engines
 from voxline.server.token_endpoint import token_routes
 from voxline.server.widget import widget_routes
@@ -53,7 +60,10 @@ mimetypes.add_type("application/wasm", ".wasm")
 
 
 def browser_manifest(manifest: Manifest) -> dict:
-    """What the page needs to fetch and check its models: URL, size and sha256 of each file."""
+    """What the page needs to fetch and check its models and runtimes: URL, size and sha256 of each file.
+
+    A model's URL carries its digest (`?sha256=`), which makes it content-addressed: it is sent as immutable.
+    """
     models = []
     for spec in manifest.models:
         if not spec.browser:
@@ -62,14 +72,14 @@ def browser_manifest(manifest: Manifest) -> dict:
         files = [
             {
                 "name": artifact,
-                "url": f"/wasm_models/{spec.name}/{artifact}",
+                "url": f"/wasm_models/{spec.name}/{artifact}?sha256={digest}",
                 "sha256": digest,
                 "size": (folder / artifact).stat().st_size if (folder / artifact).exists() else None,
             }
             for artifact, digest in spec.artifacts.items()
         ]
         models.append({"name": spec.name, "role": spec.role, "files": files})
-    return {"version": __version__, "models": models}
+    return {"version": __version__, "models": models, "runtimes": browser_runtimes()}
 
 
 @dataclass(frozen=True)
@@ -92,40 +102,72 @@ class IntentsWheel:
         return cls(path.name, data, hashlib.sha256(data).hexdigest(), builtin_grammar().version)
 
     def manifest(self) -> dict:
-        return {"url": f"/intents/{self.file_name}", "sha256": self.sha256, "size": len(self.data),
-                "grammar_version": self.grammar_version}
+        """The wheel (content-addressed by `?sha256=`) and the Pyodide runtime the intents worker loads."""
+        return {"url": f"/intents/{self.file_name}?sha256={self.sha256}", "sha256": self.sha256,
+                "size": len(self.data), "grammar_version": self.grammar_version,
+                "runtime": browser_runtimes((PYODIDE,))[PYODIDE.name]}
 
 
-ONNXRUNTIME_FILES = frozenset({"ort.wasm.min.mjs", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm"})
+ONNXRUNTIME_FILES = frozenset(ONNXRUNTIME_WEB.files)
 """What the page's onnxruntime-web (web/voxline/ort.js: the wasm build, its threaded glue and binary) fetches."""
-PYODIDE_FILES = frozenset({"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip",
-                           "pyodide-lock.json"})
+PYODIDE_FILES = frozenset(PYODIDE.files)
 """What `loadPyodide` fetches for the intents worker (no packages: the engine comes as our own wheel). Pyodide's
 `console.html` and the rest of its folder are not served."""
 WEB_EXCLUDED_FOLDERS = frozenset({"tests"})
 """Folders of web/ that no page loads (node's unit tests of the modules)."""
 
 
-class ListedFiles(StaticFiles):
-    """StaticFiles that serves only the named files of its folder."""
-
-    def __init__(self, *, directory: Path, files: frozenset[str]) -> None:
-        super().__init__(directory=directory)
-        self.files = files
-
-    async def get_response(self, path: str, scope) -> Response:
-        if path not in self.files:
-            raise HTTPException(404, "not served")
-        return await super().get_response(path, scope)
-
-
 class WebFiles(StaticFiles):
-    """The web app's folder, without the folders no page loads."""
+    """The web app's folder, without the folders no page loads; each file revalidated and compressed.
 
-    async def get_response(self, path: str, scope) -> Response:
+    Files are read at request time (an edit shows at once); their sha256 and compressed variants are kept per
+    (path, mtime, size), so an unchanged file is hashed and compressed once per process.
+    """
+
+    def __init__(self, *, directory: Path, sender: AssetSender, html: bool = True) -> None:
+        super().__init__(directory=directory, html=html)
+        self.sender = sender
+        self._assets: dict[str, tuple[tuple[int, int], Asset]] = {}
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
         if path.replace("\\", "/").split("/", 1)[0] in WEB_EXCLUDED_FOLDERS:
             raise HTTPException(404, "not served")
-        return await super().get_response(path, scope)
+        response = await super().get_response(path, scope)
+        if not isinstance(response, FileResponse) or response.status_code != 200:
+            return response
+        return await self.sender.respond(Request(scope), self._asset(Path(response.path), response.media_type),
+                                         immutable=False)
+
+    def _asset(self, path: Path, media_type: str) -> Asset:
+        stat = path.stat()
+        key = (stat.st_mtime_ns, stat.st_size)
+        cached = self._assets.get(str(path))
+        if cached is None or cached[0] != key:
+            cached = (key, Asset.of(path.read_bytes(), media_type))
+            self._assets[str(path)] = cached
+        return cached[1]
+
+
+def runtime_routes(runtime_files: dict[str, dict[str, RuntimeFile]], sender: AssetSender) -> list[Route]:
+    """`/vendor/<package>/<version>/<file>` (immutable) and, for pages of older builds, `/vendor/<package>/<file>`
+    (revalidated): only the pinned files, only as hashed at startup."""
+
+    def serve(package_name: str, immutable: bool):
+        async def runtime_file(request: Request) -> Response:
+            file = runtime_files[package_name].get(request.path_params["file"])
+            if file is None:
+                raise HTTPException(404, "not served")
+            if file.data is None:
+                raise HTTPException(503, f"not served: {file.problem}, then restart the server")
+            return await sender.respond(request, Asset(file.data, file.sha256, file.media_type), immutable=immutable)
+
+        return runtime_file
+
+    routes = []
+    for package in RUNTIMES:
+        routes.append(Route(package.url_prefix + "{file}", serve(package.name, True), methods=["GET", "HEAD"]))
+        routes.append(Route(f"/vendor/{package.name}/{{file}}", serve(package.name, False), methods=["GET", "HEAD"]))
+    return routes
 
 
 def _require_dirs(settings: Settings) -> None:
@@ -151,6 +193,8 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     server_metrics = ServerMetrics()
     registry = server_metrics.registry
     server_metrics.gauge("voxline_up_seconds", "Seconds since the server started", lambda: time.time() - started)
+    sender = AssetSender()
+    runtime_files = load_runtime_files(settings.node_modules_dir)
     # Set by the lifespan as each model is loaded into memory (the server ASR only when a turn first needs it).
     loaded: dict[str, bool] = {}
 
@@ -186,10 +230,11 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         if not check.verified:
             raise HTTPException(503, f"model {name} differs from its pinned digest and is not served: run "
                                      "`voxline models fetch`, then restart the server")
-        # Content-addressed by the manifest digest: the browser may keep it as long as the digest is unchanged.
+        # Content-addressed by the manifest digest when the URL names it: then the browser never asks again.
         media_type = mimetypes.guess_type(artifact)[0] or "application/octet-stream"
-        return Response(check.contents[artifact], media_type=media_type,
-                        headers={"cache-control": "public, max-age=3600"})
+        digest = manifest.model(name).artifacts[artifact]
+        return await sender.respond(request, Asset(check.contents[artifact], digest, media_type),
+                                    immutable=request.query_params.get("sha256") == digest)
 
     intents_wheel = IntentsWheel.build()
 
@@ -199,8 +244,9 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     async def intents_wheel_file(request: Request) -> Response:
         if request.path_params["file"] != intents_wheel.file_name:
             raise HTTPException(404, "no such wheel")
-        return Response(intents_wheel.data, media_type="application/zip",
-                        headers={"cache-control": "public, max-age=3600"})
+        asset = Asset(intents_wheel.data, intents_wheel.sha256, "application/zip")
+        return await sender.respond(request, asset,
+                                    immutable=request.query_params.get("sha256") == intents_wheel.sha256)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -228,6 +274,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         yield
         app.state.drain.uninstall()
         await asyncio.to_thread(scheduler.close, 5.0)
+        sender.close()
         telemetry.shutdown()
 
     gate = Gate(settings)  # reads the site keys: a bad key file stops startup here
@@ -239,12 +286,10 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         Route("/metrics", metrics),
         Route("/wasm_models/manifest.json", models_manifest),
         Route("/wasm_models/{name}/{artifact}", model_file),
-        *widget_routes(),
+        *widget_routes(sender=sender),
         *token_routes(gate, settings),
-        Mount("/vendor/onnxruntime-web", ListedFiles(directory=settings.node_modules_dir / "onnxruntime-web" / "dist",
-                                                     files=ONNXRUNTIME_FILES)),
-        Mount("/vendor/pyodide", ListedFiles(directory=settings.node_modules_dir / "pyodide", files=PYODIDE_FILES)),
-        Mount("/", WebFiles(directory=settings.web_dir, html=True)),
+        *runtime_routes(runtime_files, sender),
+        Mount("/", WebFiles(directory=settings.web_dir, sender=sender)),
     ]
     middleware = [Middleware(IsolationHeadersMiddleware), Middleware(CrossOriginMiddleware)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
