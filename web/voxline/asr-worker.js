@@ -28,7 +28,7 @@ self.onmessage = async (event) => {
 async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
-  const ort = await loadOrt(msg.threads);
+  const ort = await loadOrt(msg.threads, msg.ort);
   const table = JSON.parse(new TextDecoder().decode(msg.tokens));
   const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder), createSession(ort, msg.decoder)]);
   whisper = new Whisper(ort, encoder, decoder, table);

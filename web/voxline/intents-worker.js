@@ -14,9 +14,17 @@
 //                {type: 'error', code, message}        without id: loading failed, nothing will be answered
 //                {type: 'error', id, code, message}    with id: that request failed, the engine lives on
 // Requests sent before 'ready' wait for it (or get the load error).
+//
+// Pyodide comes from its versioned URL folder (the manifest's `runtime`); its wasm and standard library, the bulk of
+// it, are checked against their pinned sha256 and kept in Cache Storage (loader.js), as the models are: a returning
+// visit downloads none of it, and an altered copy is refused (`runtime_corrupt`).
+import { loadRuntimeFile } from './loader.js';
 
-const PYODIDE_URL = new URL('../vendor/pyodide/pyodide.mjs', import.meta.url);
+/** Where the unversioned runtime is, for a server whose manifest names none. */
+const PYODIDE_FALLBACK_BASE = new URL('../vendor/pyodide/', import.meta.url);
 const MANIFEST_URL = new URL('../intents/manifest.json', import.meta.url);
+/** Pyodide's files that are read as bytes (checked and cached here), by the media type they are served as. */
+const CHECKED_RUNTIME_FILES = Object.freeze({ 'pyodide.asm.wasm': 'application/wasm', 'python_stdlib.zip': 'application/zip' });
 
 const ERROR_CODES = Object.freeze({
   engineUnavailable: 'intents_engine_unavailable',
@@ -121,8 +129,9 @@ function post(message) {
 
 async function load() {
   const since = (t0) => (result) => [result, performance.now() - t0];
+  const manifest = await fetchManifest();
   const [[pyodide, pyodideMs], [wheel, wheelMs]] = await Promise.all([
-    startPyodide().then(since(started)), fetchWheel().then(since(started))]);
+    startPyodide(manifest.runtime).then(since(started)), fetchWheel(manifest).then(since(started))]);
   const installing = performance.now();
   try {
     const sitePackages = pyodide.runPython('import os, sysconfig; os.path.normpath(sysconfig.get_paths()["purelib"])');
@@ -149,31 +158,49 @@ async function load() {
   return py;
 }
 
-async function startPyodide() {
+/** @param {{base: string, files: Record<string, {url: string, sha256: string}>}|undefined} runtime */
+async function startPyodide(runtime) {
+  const indexURL = runtime ? new URL(runtime.base, MANIFEST_URL).href : PYODIDE_FALLBACK_BASE.href;
+  const pyodideUrl = new URL('pyodide.mjs', indexURL).href;
+  // The checked bytes load alongside the module; an altered one rejects with its ModelLoadError code.
+  const checked = runtime ? Object.keys(CHECKED_RUNTIME_FILES).map(async (name) =>
+    [new URL(name, indexURL).href, { bytes: await loadRuntimeFile(runtime, name, MANIFEST_URL), type: CHECKED_RUNTIME_FILES[name] }]) : [];
   let module;
   try {
-    module = await import(PYODIDE_URL.href);
+    module = await import(pyodideUrl);
   } catch (error) {
-    throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide could not be loaded from ${PYODIDE_URL.href} (${error.message}); local intents are off, cached and server intents still work. Check that the server's node_modules has pyodide (run \`bash scripts/setup.sh\`).`);
+    throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide could not be loaded from ${pyodideUrl} (${error.message}); local intents are off, cached and server intents still work. Check that the server's node_modules has pyodide (run \`bash scripts/setup.sh\`).`);
   }
+  const served = new Map(await Promise.all(checked));
+  // Pyodide takes no bytes for its wasm or stdlib: it fetches them from indexURL with the global fetch. Those two
+  // URLs are answered from the checked bytes; every other fetch goes out as usual.
+  const networkFetch = self.fetch;
+  self.fetch = (input, init) => {
+    const file = served.get(String(input instanceof Request ? input.url : input));
+    return file ? Promise.resolve(new Response(file.bytes, { headers: { 'content-type': file.type } })) : networkFetch(input, init);
+  };
   try {
     // stdout would only be noise in the page's console; errors come back as exceptions anyway.
-    return await module.loadPyodide({ stdout: () => {} });
+    return await module.loadPyodide({ indexURL, stdout: () => {} });
   } catch (error) {
     throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide failed to start (${error.message}); local intents are off.`);
+  } finally {
+    self.fetch = networkFetch;
+  }
+}
+
+async function fetchManifest() {
+  try {
+    const response = await fetch(MANIFEST_URL, { cache: 'no-cache' });
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    return await response.json();
+  } catch (error) {
+    throw new EngineError(ERROR_CODES.manifestFailed, `The intent engine manifest at ${MANIFEST_URL.href} could not be read (${error.message}); local intents are off until the server answers and the page reloads.`);
   }
 }
 
 /** @returns {Promise<{bytes: Uint8Array, grammarVersion: string}>} */
-async function fetchWheel() {
-  let manifest;
-  try {
-    const response = await fetch(MANIFEST_URL, { cache: 'no-cache' });
-    if (!response.ok) throw new Error(`HTTP ${response.status}`);
-    manifest = await response.json();
-  } catch (error) {
-    throw new EngineError(ERROR_CODES.manifestFailed, `The intent engine manifest at ${MANIFEST_URL.href} could not be read (${error.message}); local intents are off until the server answers and the page reloads.`);
-  }
+async function fetchWheel(manifest) {
   const url = new URL(manifest.url, MANIFEST_URL);
   let bytes;
   try {

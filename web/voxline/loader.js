@@ -1,18 +1,50 @@
-// Model loading: fetched once with progress, kept in Cache Storage, checked against the manifest's sha256.
+// Model and runtime loading: fetched once with progress, kept in Cache Storage, checked against the manifest's
+// sha256 (the runtimes' digests are pinned in the server's voxline/server/runtimes.py, the models' in its manifest).
 //
-// The cache key is the URL plus the digest, so a new model version is a new entry and never a stale hit; an
-// entry whose bytes no longer match its digest is deleted and fetched again. Every failure surfaces as a
-// ModelLoadError with a code the page shows in `voxline:error`, never as a hang.
+// The cache key is the URL plus the digest, so a new version is a new entry and never a stale hit; an entry whose
+// bytes no longer match its digest is deleted and fetched again. Every failure surfaces as a ModelLoadError with a
+// code the page shows in `voxline:error`, never as a hang. Workers use this module too (the intents worker loads
+// Pyodide's wasm through it).
 
 export const CACHE_NAME = 'voxline-models-v1';
+/** The runtimes' wasm (onnxruntime-web, Pyodide) are kept apart from the models. */
+export const RUNTIME_CACHE_NAME = 'voxline-runtimes-v1';
 
 export class ModelLoadError extends Error {
-  /** @param {'model_download_failed'|'model_corrupt'|'model_manifest_failed'} code */
+  /** @param {'model_download_failed'|'model_corrupt'|'model_manifest_failed'|'runtime_download_failed'|'runtime_corrupt'} code */
   constructor(code, message) {
     super(message);
     this.code = code;
   }
 }
+
+/**
+ * What one page load fetched, file by file: for `voxline:ready` and the load benchmark.
+ * `bytes` are the file's own (decoded) bytes; whether they crossed the network is `from`.
+ */
+export class LoadLedger {
+  constructor() {
+    /** @type {{name: string, bytes: number, from: 'cache'|'network', ms: number}[]} */
+    this.files = [];
+  }
+
+  /** @param {string} name @param {number} bytes @param {'cache'|'network'} from @param {number} ms */
+  add(name, bytes, from, ms) {
+    this.files.push({ name, bytes, from, ms: Math.round(ms) });
+  }
+
+  /** @returns {{network: number, cache: number}} bytes of files downloaded and of files found in Cache Storage */
+  totals() {
+    const sum = (from) => this.files.filter((f) => f.from === from).reduce((s, f) => s + f.bytes, 0);
+    return { network: sum('network'), cache: sum('cache') };
+  }
+}
+
+/** @type {Record<'model'|'runtime', {cache: string, failed: string, corrupt: string, fix: string}>} */
+const KINDS = {
+  model: { cache: CACHE_NAME, failed: 'model_download_failed', corrupt: 'model_corrupt', fix: '`voxline models verify`' },
+  runtime: { cache: RUNTIME_CACHE_NAME, failed: 'runtime_download_failed', corrupt: 'runtime_corrupt', fix: '`npm ci` (or `bash scripts/setup.sh`)' },
+};
 
 /**
  * @typedef {{name: string, url: string, sha256: string, size: number}} ModelFile
@@ -39,9 +71,9 @@ export async function sha256Hex(bytes) {
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
 }
 
-async function openCache() {
+async function openCache(name = CACHE_NAME) {
   try {
-    return await caches.open(CACHE_NAME);
+    return await caches.open(name);
   } catch {
     return null; // Cache Storage is unavailable (opaque origin, storage disabled): download every time
   }
@@ -77,41 +109,59 @@ async function readWithProgress(response, onBytes) {
  * @param {ModelFile} file
  * @param {URL|string} base
  * @param {(bytes: number) => void} onBytes
+ * @param {{kind?: 'model'|'runtime', ledger?: LoadLedger|null}} options a runtime is cached and reported apart
  * @returns {Promise<{bytes: Uint8Array, fromCache: boolean}>}
  */
-export async function loadFile(file, base, onBytes) {
+export async function loadFile(file, base, onBytes = () => {}, { kind = 'model', ledger = null } = {}) {
+  const started = performance.now();
+  const { cache: cacheName, failed, corrupt, fix } = KINDS[kind];
   const url = new URL(file.url, base);
-  const key = `${url.href}?sha256=${file.sha256}`;
-  const cache = await openCache();
+  const key = `${url.href}${url.search ? '&' : '?'}sha256=${file.sha256}`;
+  const cache = await openCache(cacheName);
   const cached = await cache?.match(key);
   if (cached) {
     const bytes = new Uint8Array(await cached.arrayBuffer());
     if ((await sha256Hex(bytes)) === file.sha256) {
       onBytes(bytes.length);
+      ledger?.add(file.name, bytes.length, 'cache', performance.now() - started);
       return { bytes, fromCache: true };
     }
-    await cache.delete(key);
+    await cache.delete(key); // altered in the cache: never used, fetched again below
   }
   let response;
   try {
     response = await fetch(url);
   } catch (error) {
-    throw new ModelLoadError('model_download_failed', `Downloading ${file.name} failed (${error.message}). Check the connection to ${url.origin} and reload.`);
+    throw new ModelLoadError(failed, `Downloading ${file.name} failed (${error.message}). Check the connection to ${url.origin} and reload.`);
   }
   if (!response.ok) {
-    throw new ModelLoadError('model_download_failed', `Downloading ${file.name} answered HTTP ${response.status}. Run \`voxline models verify\` on the server, then reload.`);
+    throw new ModelLoadError(failed, `Downloading ${file.name} answered HTTP ${response.status}. Run ${fix} on the server, then reload.`);
   }
   const bytes = await readWithProgress(response, onBytes);
   const actual = await sha256Hex(bytes);
   if (actual !== file.sha256) {
-    throw new ModelLoadError('model_corrupt', `${file.name} arrived altered (sha256 ${actual.slice(0, 12)}…, expected ${file.sha256.slice(0, 12)}…); it was not used or cached. Reload to download it again; if it persists, run \`voxline models verify\` on the server.`);
+    throw new ModelLoadError(corrupt, `${file.name} arrived altered (sha256 ${actual.slice(0, 12)}…, expected ${file.sha256.slice(0, 12)}…); it was not used or cached. Reload to download it again; if it persists, run ${fix} on the server.`);
   }
   try {
     await cache?.put(key, new Response(bytes, { headers: { 'content-type': 'application/octet-stream' } }));
   } catch {
     // A full quota only costs a download next time.
   }
+  ledger?.add(file.name, bytes.length, 'network', performance.now() - started);
   return { bytes, fromCache: false };
+}
+
+/**
+ * Load one runtime binary (a wasm) of the manifest's `runtimes`: checked and cached as a model is.
+ * @param {{files: Record<string, {url: string, sha256: string}>}} runtime the manifest's entry for one package
+ * @param {string} name the file, e.g. `ort-wasm-simd-threaded.wasm`
+ * @param {URL|string} base
+ * @param {LoadLedger|null} ledger
+ */
+export async function loadRuntimeFile(runtime, name, base, ledger = null) {
+  const entry = runtime?.files?.[name];
+  if (!entry) throw new ModelLoadError('model_manifest_failed', `The server's manifest lists no runtime file ${name}; update the server, then reload.`);
+  return (await loadFile({ name, url: entry.url, sha256: entry.sha256, size: 0 }, base, () => {}, { kind: 'runtime', ledger })).bytes;
 }
 
 /**
@@ -121,7 +171,7 @@ export async function loadFile(file, base, onBytes) {
  * @param {(fraction: number, loaded: number, total: number) => void} onProgress
  * @returns {Promise<Record<string, Record<string, Uint8Array>>>} model name → file name → bytes
  */
-export async function loadModels(models, base, onProgress = () => {}) {
+export async function loadModels(models, base, onProgress = () => {}, ledger = null) {
   const total = models.flatMap((m) => m.files).reduce((sum, f) => sum + f.size, 0);
   let loaded = 0;
   const report = (n) => {
@@ -132,7 +182,7 @@ export async function loadModels(models, base, onProgress = () => {}) {
   await Promise.all(models.map(async (model) => {
     out[model.name] = {};
     await Promise.all(model.files.map(async (file) => {
-      out[model.name][file.name] = (await loadFile(file, base, report)).bytes;
+      out[model.name][file.name] = (await loadFile(file, base, report, { ledger })).bytes;
     }));
   }));
   onProgress(1, total, total);

@@ -29,7 +29,7 @@ self.onmessage = async (event) => {
 async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
-  ort = await loadOrt(1);
+  ort = await loadOrt(1, msg.ort);
   [vad, turn] = await Promise.all([createSession(ort, msg.vadModel), createSession(ort, msg.turnModel)]);
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));

@@ -87,6 +87,9 @@ export class Voxline {
   async load() {
     const started = performance.now();
     try {
+      // Bytes per file, and whether they came from Cache Storage or the network: reported in `voxline:ready`.
+      const { LoadLedger, loadRuntimeFile } = await import('./loader.js');
+      const ledger = new LoadLedger();
       // The engine (Pyodide) starts after `ready`: its start-up would slow the speech models' loading, and the
       // cache answers without it meanwhile.
       // Only intents from the configured server may enter the cache (none when there is no server).
@@ -100,7 +103,11 @@ export class Voxline {
       const wanted = ['browser-asr', 'browser-vad', 'browser-turn'].map((role) => byRole[role]);
       if (wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
       const fetched = performance.now();
-      const files = await loadModels(wanted, this.base, this.onProgress);
+      // onnxruntime-web's wasm is fetched (and checked) once, here, and handed to both workers.
+      const ortRuntime = manifest.runtimes?.['onnxruntime-web'];
+      const [files, ortWasm] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger),
+        ortRuntime ? loadRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger) : null]);
+      const ort = ortWasm && { base: new URL(ortRuntime.base, this.base).href, wasm: ortWasm };
       const loaded = performance.now();
       const [asr, vad, turn] = wanted.map((m) => files[m.name]);
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
@@ -110,8 +117,8 @@ export class Voxline {
       const vadReady = whenReady(this.vadWorker, 'voice detection');
       const asrReady = whenReady(this.asrWorker, 'speech recognition');
       this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer,
-        vadModel: vad['silero_vad_v5.onnx'], turnModel: turn['smart-turn-v3.2.onnx'] });
-      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
+        vadModel: vad['silero_vad_v5.onnx'], turnModel: turn['smart-turn-v3.2.onnx'], ort });
+      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads, ort,
         encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
@@ -128,8 +135,10 @@ export class Voxline {
         threads: asrInfo.threads,
         opus: vadInfo.opus,
         phases,
+        bytes: ledger.totals(),
+        files: ledger.files,
       });
-      this.intents?.startEngine(() => this.#sendLexicon());
+      this.intents?.startEngine(() => this.#sendLexicon(), (failure) => this.#fail(failure.code, failure.message));
       this.intents?.onGrammarChange(() => this.#sendLexicon());
       return this.ready;
     } catch (error) {
