@@ -145,7 +145,7 @@ def _cmd_talk(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import importlib
 
-    return importlib.import_module(f"voxline.bench.{args.bench_command}").main(args)
+    return importlib.import_module(f"voxline.bench.{args.bench_command.replace('-', '_')}").main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -276,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_readings.add_argument("--errors", action="store_true", help="also print every wrong or missed answer")
     bench_readings.set_defaults(func=_cmd_bench)
     _add_bench_load(bench)
+    from voxline.bench import load_page
+
+    load_page.add_parser(bench).set_defaults(func=_cmd_bench)
     return parser
 
 

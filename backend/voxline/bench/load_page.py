@@ -1,0 +1,204 @@
+"""`voxline bench load-page`: what a first and a returning visit download, and how soon the page is ready.
+
+Each page (the demo page, and the one-line widget embedded in a plain page of another origin, not cross-origin
+isolated) is visited twice in Chromium: a first visit on a new profile, then a returning one on the same profile
+(`RETURNING_MODES`: a second page load in the same browser context, as issue 18 measured, or Chromium closed and
+started again on an on-disk profile). Every byte goes through a counting proxy (`voxline/bench/proxy.py`, which
+says why a proxy rather than DevTools events); with `--profile` the proxy also shapes the traffic (e.g. 50 Mbit/s,
+40 ms round trip).
+
+A visit is over when `voxline:ready` has fired and the grammar engine (Pyodide, which loads after `ready`) is up.
+Time to ready is `voxline:ready`'s `t`: ms since the document's navigation started.
+
+Prints one JSON object: per page and visit, the bytes from the server (total and per resource), time to ready,
+time to the grammar engine, and what `voxline:ready` reports of its phases and bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from voxline.bench.browser import CHROMIUM, CHROMIUM_FLAGS, RECORD_EVENTS, ServerThread, wait_for_js
+from voxline.bench.proxy import PROFILES, CountingProxy, Transfer
+
+VISIT_TIMEOUT_S = 180.0
+"""Longest a visit may take to ready and to the grammar engine (a loaded 2-core machine, a throttled link)."""
+HOST_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>A shop</title></head>
+<body><h1>A shop that embeds Voxline</h1>
+<script src="{voxline}/widget.js" data-server="{ws}"></script></body></html>
+"""
+RETURNING_MODES = {
+    "same-context": "a second page load in the same browser context (Playwright's default context: off the record, "
+                    "an in-memory HTTP cache that keeps no big file; issue 18's measurement)",
+    "restart": "Chromium closed and started again on the same on-disk profile (a disk HTTP cache, where files "
+               "without Cache-Control are kept for a heuristic time: ~10 % of their age)",
+}
+DEMO_ENGINE_UP = "window.voxline?.intents?.ready"
+WIDGET_ENGINE_UP = "document.querySelector('voxline-assistant')?.voxline?.intents?.ready"
+
+
+def persistent_context(playwright, profile_dir: Path, proxy: CountingProxy):
+    """Chromium on an on-disk profile, every request through `proxy`."""
+    return playwright.chromium.launch_persistent_context(
+        str(profile_dir), executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args],
+        permissions=["microphone"])
+
+
+def visit_pair(playwright, proxy: CountingProxy, url: str, engine_up: str, returning: str) -> tuple[dict, dict]:
+    """A first and a returning visit of `url` (see RETURNING_MODES)."""
+    if returning == "restart":
+        with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
+            visits = []
+            for _ in range(2):
+                context = persistent_context(playwright, Path(profile_dir), proxy)
+                try:
+                    visits.append(visit(context, proxy, url, engine_up))
+                finally:
+                    context.close()
+            return visits[0], visits[1]
+    browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args])
+    try:
+        context = browser.new_context(permissions=["microphone"])
+        return visit(context, proxy, url, engine_up), visit(context, proxy, url, engine_up)
+    finally:
+        browser.close()
+
+
+def visit(context, proxy: CountingProxy, url: str, engine_up: str) -> dict:
+    """One visit in a new page of `context`: bytes through the proxy, ready and engine times."""
+    page = context.new_page()
+    try:
+        page.add_init_script(RECORD_EVENTS)
+        proxy.take()
+        began = time.monotonic()
+        page.goto(url)
+        wait_for_js(page, "window.__vx.some((e) => e.name === 'ready' || e.name === 'error')", VISIT_TIMEOUT_S)
+        events = page.evaluate("window.__vx")
+        errors = [e for e in events if e["name"] == "error"]
+        ready = next((e for e in events if e["name"] == "ready"), None)
+        if ready is None:
+            raise RuntimeError(f"the page reported an error before ready: {errors}")
+        wait_for_js(page, f"({engine_up}) || window.__vx.some((e) => e.name === 'error')", VISIT_TIMEOUT_S)
+        engine_s = time.monotonic() - began
+        errors = [e for e in page.evaluate("window.__vx") if e["name"] == "error"]
+        transfers = proxy.take()
+    finally:
+        page.close()
+    return _summary(transfers, ready, engine_s, errors)
+
+
+def _summary(transfers: list[Transfer], ready: dict, engine_s: float, errors: list[dict]) -> dict:
+    resources = sorted(({"url": _short(t.url), "status": t.status, "bytes": t.bytes, "encoding": t.encoding}
+                        for t in transfers), key=lambda r: -r["bytes"])
+    return {
+        "bytes": sum(t.bytes for t in transfers),
+        "requests": len(transfers),
+        "ready_ms": round(ready["t"]),
+        "engine_ready_s": round(engine_s, 2),
+        "ready_reports": {k: ready.get(k) for k in ("load_ms", "phases", "bytes") if k in ready},
+        "errors": [f"{e.get('code')}: {e.get('message')}" for e in errors],
+        "resources": resources,
+    }
+
+
+def _short(url: str) -> str:
+    if url.startswith("CONNECT "):
+        return url
+    parts = urlsplit(url)
+    query = f"?{parts.query[:20]}…" if parts.query else ""
+    return f"{parts.netloc}{parts.path}{query}"
+
+
+def run(server_url: str, host_port: int | None, profile_name: str | None, pages: list[str],
+        returning: str = "same-context") -> dict:
+    """Cold and warm visits of each page in `pages` ('demo', 'widget')."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from playwright.sync_api import sync_playwright
+
+    profile = PROFILES[profile_name] if profile_name else None
+    out: dict = {"server": server_url, "profile": profile_name or "loopback (unthrottled)",
+                 "returning_visit": RETURNING_MODES[returning], "pages": {}}
+    host = None
+    if "widget" in pages:
+        ws = server_url.replace("http://", "ws://") + "/ws"
+        body = HOST_PAGE.format(voxline=server_url, ws=ws).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        host = ThreadingHTTPServer(("127.0.0.1", host_port or 0), Handler)
+        threading.Thread(target=host.serve_forever, daemon=True).start()
+    targets = {"demo": (server_url + "/", DEMO_ENGINE_UP)}
+    if host:
+        targets["widget"] = (f"http://localhost:{host.server_address[1]}/", WIDGET_ENGINE_UP)
+    try:
+        with CountingProxy(profile) as proxy, sync_playwright() as pw:
+            for name in pages:
+                url, engine_up = targets[name]
+                cold, warm = visit_pair(pw, proxy, url, engine_up, returning)
+                out["pages"][name] = {"first": cold, "returning": warm}
+                for kind, result in (("first", cold), ("returning", warm)):
+                    print(f"{name:6} {kind:9} {result['bytes'] / 1e6:8.2f} MB in {result['requests']:3} requests, "
+                          f"ready {result['ready_ms'] / 1000:5.2f} s, grammar engine {result['engine_ready_s']:5.2f} s",
+                          file=sys.stderr)
+    finally:
+        if host:
+            host.shutdown()
+            host.server_close()
+    return out
+
+
+def main(args) -> int:
+    pages = args.pages or ["demo", "widget"]
+    if args.url:
+        result = run(args.url.rstrip("/"), args.host_port, args.profile, pages, args.returning)
+    else:
+        import socket
+
+        from voxline.config import Settings
+
+        with socket.socket() as sock:  # the widget's host page origin, which the server must admit
+            sock.bind(("127.0.0.1", 0))
+            host_port = args.host_port or sock.getsockname()[1]
+        settings = Settings.from_env(allowed_origins=f"http://localhost:{host_port}")
+        with ServerThread(settings) as server:
+            result = run(server.url, host_port, args.profile, pages, args.returning)
+    if not args.resources:
+        for page in result["pages"].values():
+            for visit in page.values():
+                visit["resources"] = visit["resources"][:args.top]
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def add_parser(bench):
+    parser = bench.add_parser(
+        "load-page", help="bytes and time to ready of a first and a returning visit (demo page and widget)",
+        description="Cold and warm visits in Chromium through a byte-counting proxy; see voxline/bench/load_page.py.")
+    parser.add_argument("--url", help="a running server (default: start one); for the widget it must admit the host "
+                                      "page's origin, http://localhost:PORT (VOXLINE_ALLOWED_ORIGINS, --host-port)")
+    parser.add_argument("--host-port", type=int, help="port of the widget's host page (default: a free one)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), help="throttle the link (default: loopback)")
+    parser.add_argument("--page", dest="pages", action="append", choices=["demo", "widget"],
+                        help="only this page (repeatable; default both)")
+    parser.add_argument("--returning", choices=sorted(RETURNING_MODES), default="same-context",
+                        help="how the returning visit is made (default: same-context, as issue 18 measured)")
+    parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
+    parser.add_argument("--resources", action="store_true", help="list every resource")
+    return parser
