@@ -141,3 +141,11 @@ def test_precompress_skips_what_is_built(tmp_path, monkeypatch):
     asset = Asset.of(b"voxline " * 1000, "text/javascript")
     assert assets.precompress([("a", asset)], log_line=lambda line: None) == 2
     assert assets.precompress([("a", asset)], log_line=lambda line: None) == 0
+
+
+@pytest.mark.parametrize("url", ["/wasm_models/manifest.json", "/intents/manifest.json"])
+def test_the_manifests_are_revalidated_by_etag(client, url):
+    first = client.get(url)
+    assert first.headers["cache-control"] == REVALIDATE and first.json()
+    again = client.get(url, headers={"if-none-match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""

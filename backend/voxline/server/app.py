@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import mimetypes
 import os
@@ -219,8 +220,11 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    async def models_manifest(request: Request) -> JSONResponse:
-        return JSONResponse(browser_manifest(manifest), headers={"cache-control": "no-cache"})
+    # The manifests are fixed for the life of the process: revalidated by ETag (a returning page gets a 304).
+    models_manifest_asset = Asset.of(json.dumps(browser_manifest(manifest)).encode(), "application/json")
+
+    async def models_manifest(request: Request) -> Response:
+        return await sender.respond(request, models_manifest_asset, immutable=False)
 
     async def model_file(request: Request) -> Response:
         name, artifact = request.path_params["name"], request.path_params["artifact"]
@@ -238,8 +242,10 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
 
     intents_wheel = IntentsWheel.build()
 
-    async def intents_manifest(request: Request) -> JSONResponse:
-        return JSONResponse(intents_wheel.manifest(), headers={"cache-control": "no-cache"})
+    intents_manifest_asset = Asset.of(json.dumps(intents_wheel.manifest()).encode(), "application/json")
+
+    async def intents_manifest(request: Request) -> Response:
+        return await sender.respond(request, intents_manifest_asset, immutable=False)
 
     async def intents_wheel_file(request: Request) -> Response:
         if request.path_params["file"] != intents_wheel.file_name:
