@@ -165,6 +165,7 @@ async function startPyodide(runtime) {
   // The checked bytes load alongside the module; an altered one rejects with its ModelLoadError code.
   const checked = runtime ? Object.keys(CHECKED_RUNTIME_FILES).map(async (name) =>
     [new URL(name, indexURL).href, { bytes: await loadRuntimeFile(runtime, name, MANIFEST_URL), type: CHECKED_RUNTIME_FILES[name] }]) : [];
+  for (const pending of checked) pending.catch(() => {}); // awaited below; a failed import must not leave them unhandled
   let module;
   try {
     module = await import(pyodideUrl);
