@@ -1,0 +1,101 @@
+"""What a visit downloads, in real Chromium through a byte-counting proxy, and how altered runtimes are refused.
+
+A returning visit (the same profile, Chromium closed and started again) must send no model or runtime bytes: the
+models and the runtimes' wasm come from Cache Storage (checked against their sha256), the runtimes' scripts from
+the HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
+"""
+
+from __future__ import annotations
+
+from voxline.bench.browser import wait_for_js
+from voxline.bench.load_page import DEMO_ENGINE_UP, persistent_context, visit
+from voxline.bench.proxy import CountingProxy
+
+RETURNING_VISIT_MAX_BYTES = 1_000_000
+"""Issue 18's bar for a returning visit (headers of the revalidated scripts, the manifests, the WebSocket)."""
+BIG_FILES = ("/wasm_models/", "/vendor/", "/intents/voxline_intents")
+"""Paths of the models, the runtimes and the intent wheel: never sent again to a returning visitor."""
+
+
+def test_a_returning_visit_sends_no_model_or_runtime_bytes(playwright, voxline_server, tmp_path):
+    with CountingProxy() as proxy:
+        visits = []
+        for _ in range(2):  # Chromium started, then closed and started again on the same profile
+            context = persistent_context(playwright, tmp_path, proxy)
+            try:
+                visits.append(visit(context, proxy, voxline_server.url + "/", DEMO_ENGINE_UP))
+            finally:
+                context.close()
+        first, returning = visits
+    assert first["errors"] == [] and returning["errors"] == []
+    sent_first = {r["url"].split("?")[0]: r for r in first["resources"]}
+    wasm = next(r for url, r in sent_first.items() if url.endswith("ort-wasm-simd-threaded.wasm"))
+    assert wasm["encoding"] == "br" and wasm["bytes"] < 4_000_000  # 14.2 MB uncompressed
+    assert sum(url.endswith("ort-wasm-simd-threaded.wasm") for url in sent_first) == 1  # once, for both workers
+    assert first["ready_reports"]["bytes"]["network"] > 40_000_000
+
+    resent = [r for r in returning["resources"] if r["status"] == 200 and any(p in r["url"] for p in BIG_FILES)
+              and not r["url"].endswith("manifest.json")]
+    assert resent == []
+    assert returning["bytes"] < RETURNING_VISIT_MAX_BYTES, returning["resources"]
+    assert returning["ready_reports"]["bytes"] == {"network": 0, "cache": first["ready_reports"]["bytes"]["network"]}
+
+
+def _tamper(route):
+    response = route.fetch()
+    body = bytearray(response.body())
+    body[5000] ^= 0xFF
+    route.fulfill(response=response, body=bytes(body))
+
+
+RECORD_ERROR = "document.addEventListener('voxline:error', (e) => { (window.__errors ??= []).push(e.detail); });"
+RUNTIME_CACHE_KEYS = "async () => (await (await caches.open('voxline-runtimes-v1')).keys()).map((r) => r.url)"
+
+
+def test_an_altered_onnxruntime_download_is_refused_with_a_way_out(page, voxline_server):
+    page.add_init_script(RECORD_ERROR)
+    page.route("**/vendor/onnxruntime-web/*/ort-wasm-simd-threaded.wasm", _tamper)
+    page.goto(voxline_server.url + "/")
+    wait_for_js(page, "window.__errors?.length > 0", 60)
+    (error,) = page.evaluate("window.__errors")
+    assert error["code"] == "runtime_corrupt"
+    assert "ort-wasm-simd-threaded.wasm" in error["message"] and "Reload" in error["message"]
+    assert page.locator("#state").get_attribute("data-state") == "error"
+    assert not any("ort-wasm" in k for k in page.evaluate(RUNTIME_CACHE_KEYS)), "an altered file must never be cached"
+
+
+def test_an_altered_pyodide_download_is_refused_and_speech_still_loads(page, voxline_server):
+    page.add_init_script(RECORD_ERROR)
+    page.route("**/vendor/pyodide/*/pyodide.asm.wasm", _tamper)
+    page.goto(voxline_server.url + "/")
+    wait_for_js(page, "window.__errors?.length > 0", 90)
+    (error,) = page.evaluate("window.__errors")
+    assert error["code"] == "runtime_corrupt" and "pyodide.asm.wasm" in error["message"]
+    assert page.evaluate("window.voxline.ready !== undefined")  # the speech models loaded all the same
+    assert not any("pyodide.asm.wasm" in k for k in page.evaluate(RUNTIME_CACHE_KEYS))
+
+
+def test_an_altered_cached_runtime_is_never_used(page, voxline_server):
+    page.add_init_script(RECORD_ERROR)
+    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
+    page.goto(voxline_server.url + "/")
+    wait_for_js(page, "window.__ready !== undefined", 60)
+    altered = page.evaluate("""async () => {
+        const cache = await caches.open('voxline-runtimes-v1');
+        const key = (await cache.keys()).find((r) => r.url.includes('ort-wasm-simd-threaded.wasm'));
+        const bytes = new Uint8Array(await (await cache.match(key)).arrayBuffer());
+        bytes[5000] ^= 0xFF;
+        await cache.put(key, new Response(bytes));
+        return key.url;
+    }""")
+    page.reload()
+    wait_for_js(page, "window.__ready !== undefined", 60)
+    wasm = next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
+    assert wasm["from"] == "network"  # the altered copy was dropped, not run
+    assert page.evaluate("window.__errors ?? []") == []
+    intact = page.evaluate("""async (key) => {
+        const bytes = await (await (await caches.open('voxline-runtimes-v1')).match(key)).arrayBuffer();
+        const digest = await crypto.subtle.digest('SHA-256', bytes);
+        return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
+    }""", altered)
+    assert altered.split("sha256=")[-1] == intact
