@@ -250,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_intents.add_argument("--llm", default=None, help="server LLM for --set (default: the server's default)")
     bench_intents.add_argument("--second-hearing", action="store_true",
                                help="each page says its commands twice; the second hearing measures the learned cache")
+    bench_intents.add_argument("--baseline-query", metavar="QUERY",
+                               help="--set: page settings of the baseline instead of the default baseline, e.g. "
+                                    "'&vx.promotePartials=0' (both configurations then share one server)")
     bench_intents.add_argument("--json-out", type=Path, metavar="FILE",
                                help="also write the report with every outcome, and FILE.errors.txt")
     bench_intents.set_defaults(func=_cmd_bench)

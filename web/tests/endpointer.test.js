@@ -28,8 +28,8 @@ const silence = (secs) => Array(frames(secs)).fill(0.02);
 
 test('a turn starts after the minimum speech length and ends after the hangover', () => {
   const { events } = run([...silence(0.5), ...speech(1.0), ...silence(1.0)]);
-  assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', 'turn-check', 'speech-end']);
-  const [start, , , end] = events;
+  assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', 'turn-check', 'command-silence', 'speech-end']);
+  const [start, , , , end] = events;
   assert.equal(start.voicedAt, frames(0.5) * FRAME);
   assert.equal(start.start, start.voicedAt - DEFAULTS.preRollSecs * RATE);
   assert.equal(end.end, (frames(0.5) + frames(1.0)) * FRAME);
@@ -85,4 +85,50 @@ test('a turn never outgrows the maximum length', () => {
   const end = events.find((e) => e.type === 'speech-end');
   assert.equal(end.reason, 'max-length');
   assert.ok((end.end - end.start) / RATE <= DEFAULTS.maxTurnSecs + 0.05);
+});
+
+test('a complete command that could go on is told once when the silence is long enough for it', () => {
+  const { events } = run([...speech(1.0), ...silence(0.25), ...speech(0.3), ...silence(1.0)], DEFAULTS, () => 0.2);
+  const marks = events.filter((e) => e.type === 'command-silence');
+  const pauses = events.filter((e) => e.type === 'pause');
+  assert.equal(pauses.length, 2);
+  assert.equal(marks.length, 1, 'the 0.25 s pause is too short for the mark');
+  assert.equal(marks[0].pauseId, pauses[1].pauseId);
+  assert.ok(marks[0].silence_s >= DEFAULTS.prefixCommandSilenceSecs
+    && marks[0].silence_s < DEFAULTS.prefixCommandSilenceSecs + 0.04);
+  assert.equal(events.at(-1).type, 'speech-end');
+});
+
+test('with the mark due at the turn check, the mark comes first (smart-turn then holds the worker)', () => {
+  const settings = { ...DEFAULTS, prefixCommandSilenceSecs: DEFAULTS.turnCheckSecs };
+  const { events } = run([...speech(1.0), ...silence(1.0)], settings);
+  const types = events.map((e) => e.type);
+  assert.ok(types.indexOf('command-silence') < types.indexOf('turn-check'), types.join());
+  assert.equal(events.find((e) => e.type === 'command-silence').frame, events.find((e) => e.type === 'turn-check').frame);
+});
+
+test('smart-turn calling a pause complete while the speaker goes on again does not cut the turn', () => {
+  // 0.25 s of silence: smart-turn is asked at 0.2 s and answers "complete" on the frame the voice comes back.
+  const probs = [...speech(1.0), ...silence(0.25), ...speech(0.5), ...silence(1.0)];
+  const ep = new Endpointer(DEFAULTS);
+  const seen = [];
+  probs.forEach((p, i) => {
+    for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) seen.push(ev.type);
+    if (i === frames(1.0) + frames(0.25)) seen.push(...ep.turnResult(ep.pauseId, 0.99).map((e) => e.type));
+  });
+  assert.deepEqual(seen, ['speech-start', 'pause', 'turn-check', 'resume', 'pause', 'turn-check', 'command-silence',
+    'speech-end'], 'one turn, ended after the second pause');
+});
+
+test('a complete answer that came during a blip ends the turn at the next silent frame', () => {
+  const ep = new Endpointer(DEFAULTS);
+  const probs = [...speech(1.0), ...silence(0.25), 0.9, ...silence(1.0)];
+  const ends = [];
+  probs.forEach((p, i) => {
+    for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) if (ev.type === 'speech-end') ends.push({ ...ev, frame: i });
+    if (i === frames(1.0) + frames(0.25)) ends.push(...ep.turnResult(ep.pauseId, 0.99).map((e) => ({ ...e, frame: i })));
+  });
+  assert.equal(ends.length, 1);
+  assert.equal(ends[0].reason, 'smart-turn');
+  assert.equal(ends[0].frame, frames(1.0) + frames(0.25) + 1, 'at the first silent frame after the blip');
 });

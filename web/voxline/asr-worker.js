@@ -19,6 +19,7 @@ self.onmessage = async (event) => {
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'decode') enqueue(msg);
     else if (msg.type === 'cancel') cancel(msg.id);
+    else if (msg.type === 'promote') promote(msg.id);
     else if (msg.type === 'lexicon') whisper.setGraph(msg.lexicon ? new CommandGraph(msg.lexicon) : null);
   } catch (error) {
     self.postMessage({ type: 'error', code: 'asr_failed', message: `Speech recognition failed: ${error.message}` });
@@ -63,6 +64,20 @@ function cancel(id) {
   if (at >= 0) queue.splice(at, 1);
 }
 
+/**
+ * The page found that a partial decode, running or waiting, already has all the speech of a pause: it becomes that
+ * pause's final decode (with the grammar's search, as any final), sparing a second decode behind it. Answers
+ * `promoted: false` when the partial is gone (finished or replaced), so that the page asks for a decode of its own.
+ */
+function promote(id) {
+  const request = current?.id === id && !current.cancelled ? current : queue.find((r) => r.id === id);
+  if (request) {
+    request.final = true;
+    for (let i = queue.length - 1; i >= 0; i--) if (!queue[i].final) queue.splice(i, 1); // as a final would
+  }
+  self.postMessage({ type: 'promoted', id, promoted: Boolean(request) });
+}
+
 async function drain() {
   while (queue.length) {
     current = { ...queue.shift(), cancelled: false };
@@ -74,7 +89,7 @@ async function drain() {
         continue;
       }
       const audio = ring.read(request.start, request.end);
-      const result = await whisper.transcribe(audio, settings, () => request.cancelled, request.final);
+      const result = await whisper.transcribe(audio, settings, () => request.cancelled, () => request.final);
       if (!result.cancelled) {
         self.postMessage({ type: 'transcript', id: request.id, final: request.final, start: request.start,
           end: request.end, queuedMs: performance.timeOrigin + started - request.sentAtEpochMs, ...result });

@@ -1,8 +1,10 @@
 // Turn endpointing from Silero VAD probabilities, one 32 ms frame at a time.
 //
 //   SILENCE ──voiced ≥ minSpeechSecs──► SPEECH ──unvoiced──► PAUSE ──silence ≥ hangoverSecs──► (turn ends) SILENCE
-//                                          ▲                   │  └─silence ≥ turnCheckSecs: ask smart-turn once;
-//                                          └──voiced ≥ resume──┘     P(complete) ≥ turnCompleteProb ends the turn
+//                                          ▲                   │  ├─silence ≥ prefixCommandSilenceSecs: say so once
+//                                          │                   │  │ (a complete command that could go on acts now)
+//                                          └──voiced ≥ resume──┘  └─silence ≥ turnCheckSecs: ask smart-turn once;
+//                                                                    P(complete) ≥ turnCompleteProb ends the turn
 //
 // A click or a cough is shorter than minSpeechSecs, so it cannot start a turn; ending needs silence, so it cannot
 // end one either. Hysteresis: a frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between
@@ -18,6 +20,7 @@ export const RESUME_SECS = 0.096;
  *   | {type: 'pause', start: number, end: number, pauseId: number}
  *   | {type: 'resume', pauseId: number}
  *   | {type: 'turn-check', start: number, end: number, pauseId: number}
+ *   | {type: 'command-silence', pauseId: number, silence_s: number}
  *   | {type: 'speech-end', start: number, end: number, silence_s: number,
  *      reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
  */
@@ -38,6 +41,8 @@ export class Endpointer {
     this.turnStart = -1; // first sample of the turn (pre-roll included)
     this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
     this.turnChecked = false;
+    this.silenceMarked = false;
+    this.completeAt = 0; // a pause smart-turn called complete while voice was heard again
   }
 
   /**
@@ -64,6 +69,8 @@ export class Endpointer {
         }
         this.state = State.PAUSE;
         this.turnChecked = false;
+        this.silenceMarked = false;
+        this.completeAt = 0;
         this.pauseId += 1;
         return [{ type: 'pause', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
       case State.PAUSE:
@@ -72,9 +79,17 @@ export class Endpointer {
     return [];
   }
 
-  /** smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one. */
+  /**
+   * smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one. When it
+   * comes while voice is heard again (not yet long enough to resume), it waits for the next silent frame: the
+   * speaker may be going on, and smart-turn only heard what came before.
+   */
   turnResult(pauseId, probComplete) {
     if (this.state !== State.PAUSE || pauseId !== this.pauseId || probComplete < this.s.turnCompleteProb) return [];
+    if (this.voiced) {
+      this.completeAt = pauseId;
+      return [];
+    }
     return this.#endTurn('smart-turn', this.lastSeen);
   }
 
@@ -93,11 +108,19 @@ export class Endpointer {
     }
     const silentSecs = (end - this.lastVoicedEnd) / this.rate;
     if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover', end);
+    if (this.completeAt === this.pauseId && !this.voiced) return this.#endTurn('smart-turn', end);
+    // The mark goes first: the listening worker runs smart-turn for a turn check before it reads on.
+    const events = [];
+    // Not on a voiced frame: it may be the start of the words that extend the command.
+    if (!this.silenceMarked && !this.voiced && silentSecs >= this.s.prefixCommandSilenceSecs) {
+      this.silenceMarked = true;
+      events.push({ type: 'command-silence', pauseId: this.pauseId, silence_s: silentSecs });
+    }
     if (!this.turnChecked && silentSecs >= this.s.turnCheckSecs) {
       this.turnChecked = true;
-      return [{ type: 'turn-check', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
+      events.push({ type: 'turn-check', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId });
     }
-    return [];
+    return events;
   }
 
   #tooLong(end) {

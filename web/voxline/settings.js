@@ -22,6 +22,9 @@ export const DEFAULTS = Object.freeze({
   turnCheckMaxWaitMs: 400,
   /** smart-turn's P(complete) above which the turn ends at once (it is only trusted when confident). */
   turnCompleteProb: 0.7,
+  /** Silence after which a complete command that could still go on ("turn the volume down" … "to 30", "stop" …
+   * "the timer") acts without waiting for smart-turn: what would extend it usually follows sooner. */
+  prefixCommandSilenceSecs: 0.3,
   /** Silence that ends a turn whatever smart-turn says (pipecat's default stop_secs is 0.8). */
   hangoverSecs: 0.7,
   /** A turn never runs longer than this; the ASR window is 30 s. */
@@ -36,6 +39,9 @@ export const DEFAULTS = Object.freeze({
   minWindowSecs: 8,
   /** Partial transcripts while the user speaks, at most this often. */
   partialEverySecs: 0.6,
+  /** Speech before the first partial transcript. Most commands are shorter: a partial still running when one ends
+   * would hold up its final decode (an encoder run cannot be stopped), for a caption nobody reads. */
+  firstPartialSecs: 1.5,
   /** Token budget: ceil(tokensPerSec × speech seconds) + tokenSlack. */
   tokensPerSec: 3.5,
   tokenSlack: 4,
@@ -58,8 +64,15 @@ export const DEFAULTS = Object.freeze({
   commandPromptBelowConfidence: 0.7,
   /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. */
   commandMinConfidence: 0.5,
-  /** Partial-transcript confidence above which a complete command is dispatched before the turn ends. */
+  /** Partial-transcript confidence above which a complete command is dispatched while the user still speaks. */
   earlyIntentMinConfidence: 0.75,
+  /** Confidence from which the decode at a pause (all the speech so far, with the grammar's help) acts on a complete
+   * command that nothing longer could extend, without waiting for the turn to end (grammar-aware endpointing); a
+   * prefix ("turn the volume") or a question waits for smart-turn or the hangover. */
+  pauseIntentMinConfidence: 0.5,
+  /** At a pause, a partial decode still running that already has all the speech becomes the final one, instead
+   * of a new decode queued behind it (off: the previous design, for side-by-side benchmarks). */
+  promotePartials: true,
   /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */
   intentCacheMaxEntries: 500,
 

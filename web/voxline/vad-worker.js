@@ -97,8 +97,20 @@ async function loop() {
     encoder.push(frame);
     const prob = await vadProb(frame);
     for (const ev of endpointer.push(prob, position, FRAME)) await handle(ev);
+    if (answer && position >= answer.heardUpTo) {
+      const { pauseId, prob: complete } = answer;
+      answer = null;
+      for (const next of endpointer.turnResult(pauseId, complete)) await handle(next);
+    }
   }
 }
+
+/**
+ * smart-turn's last answer, applied once the detector has read the audio that came in while smart-turn ran (it
+ * blocks this worker for ~0.2 s): a speaker who went on meanwhile has resumed the turn by then.
+ * @type {{pauseId: number, prob: number, heardUpTo: number}|null}
+ */
+let answer = null;
 
 /** @type {{pauseId: number, resolve: () => void}|null} */
 let waitingForAsr = null;
@@ -125,7 +137,7 @@ async function handle(ev) {
     const started = performance.now();
     const p = await turnProb(lastEightSeconds(ev.start, ev.end));
     self.postMessage({ type: 'turn-prob', pauseId: ev.pauseId, prob: p, ms: performance.now() - started });
-    for (const next of endpointer.turnResult(ev.pauseId, p)) await handle(next);
+    answer = { pauseId: ev.pauseId, prob: p, heardUpTo: ring.written };
     return;
   }
   if (ev.type === 'speech-start') encoder.beginTurn(ev.start, ring.read(Math.max(ev.start, ring.written - ring.capacity), position));

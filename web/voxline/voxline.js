@@ -5,13 +5,16 @@
 //                                └─► asr-worker (Whisper) ◄── decode requests ◄── this module ◄───────────────┘
 //
 // The final decode starts the moment a pause begins (speculatively); if the turn then ends, the transcript is
-// usually ready already, and if the speaker goes on, the decode is cancelled.
+// usually ready already, and if the speaker goes on, the decode is cancelled. A partial decode still running at the
+// pause that already has all the speech becomes the pause's decode (`promotePartials`).
 //
 // Intents: a final transcript confident enough is looked up in the IndexedDB cache (synchronous, no network),
-// then in the Python grammar engine (Pyodide worker); a confident partial transcript that already is a complete
-// command is dispatched before the turn ends (semantic endpointing). Anything else goes to the server, with the
-// turn's Opus audio when the transcript is not confident; the spoken reply streams back and plays as it arrives,
-// and speech during playback stops it at once (barge-in) and tells the server how much was heard.
+// then in the Python grammar engine (Pyodide worker). Grammar-aware endpointing: the pause's decode that reads a
+// complete command, one nothing longer could extend, acts at once without waiting for the turn to end
+// (`pauseIntentMinConfidence`); so does a confident partial while the user speaks (`earlyIntentMinConfidence`).
+// Anything else goes to the server, with the turn's Opus audio when the transcript is not confident; the spoken
+// reply streams back and plays as it arrives, and speech during playback stops it at once (barge-in) and tells the
+// server how much was heard.
 
 /** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
 const TURN_AUDIO_WAIT_MS = 500;
@@ -79,6 +82,8 @@ export class Voxline {
     this.decodes = new Map();
     /** @type {Map<number, number>} decode request id → when it was asked for (capture clock, s) */
     this.requestedAt = new Map();
+    /** @type {Map<number, object>} partial decode id → the turn whose pause it was promoted for, until answered */
+    this.promotions = new Map();
     this.requestId = 0;
     this.listening = false;
   }
@@ -242,10 +247,24 @@ export class Voxline {
       return;
     } else if (ev.type === 'pause') {
       // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
-      const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-      turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true) };
+      const partial = turn.partial;
+      if (this.settings.promotePartials && partial && partial.end >= ev.end) {
+        turn.final = { end: ev.end, pauseId: ev.pauseId, id: partial.id, promoted: true };
+        this.promotions.set(partial.id, turn);
+        this.asrWorker.postMessage({ type: 'promote', id: partial.id });
+      } else {
+        const end = Math.min(this.capture.ring.written, ev.end + FRAME);
+        turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true) };
+      }
+    } else if (ev.type === 'command-silence') {
+      // Long enough a silence for a complete command that could have gone on: it acts now.
+      if (turn.final?.pauseId !== ev.pauseId) return;
+      turn.final.silenceMarked = true;
+      const waiting = turn.final.waitingCommand;
+      if (waiting && !turn.dispatched) this.#dispatchCommand(turn, waiting);
     } else if (ev.type === 'resume') {
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
+      if (turn.final?.promoted) turn.partial = null;
       turn.final = null;
       turn.result = null;
     } else if (ev.type === 'speech-end') {
@@ -273,7 +292,9 @@ export class Voxline {
     const turn = this.turn;
     if (!turn || turn.final) return; // paused: the speculative final is already running
     const end = this.capture.ring.written;
-    if (end - turn.start >= this.settings.sampleRate * 0.5) this.#decode(turn, turn.start, end, false);
+    if (end - turn.voicedAt >= this.settings.sampleRate * this.settings.firstPartialSecs) {
+      turn.partial = { id: this.#decode(turn, turn.start, end, false), end };
+    }
   }
 
   #fromAsr(msg) {
@@ -281,16 +302,18 @@ export class Voxline {
       this.decodes.delete(msg.id);
       return this.#fail(msg.code, msg.message);
     }
+    if (msg.type === 'promoted') return this.#promoted(msg);
     if (msg.type !== 'transcript') return;
     const turn = this.decodes.get(msg.id);
     this.decodes.delete(msg.id);
     const requestedAt = this.requestedAt.get(msg.id);
     this.requestedAt.delete(msg.id);
     if (!turn) return;
+    if (turn.partial?.id === msg.id) turn.partial = null;
     if (!msg.final) {
       if (turn === this.turn && !turn.final && msg.text) {
         this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
-        if (msg.confidence >= this.settings.earlyIntentMinConfidence) this.#earlyIntent(turn, msg);
+        this.#earlyIntent(turn, msg, this.settings.earlyIntentMinConfidence);
       }
       return;
     }
@@ -298,8 +321,18 @@ export class Voxline {
     if (turn.final.pauseId) this.vadWorker.postMessage({ type: 'asr-idle', pauseId: turn.final.pauseId });
     turn.result = { ...msg, requestedAt, answeredAt: this.capture.audioTime };
     if (turn.ended) this.#finish(turn);
-    // The pause's decode is the best partial there is: a complete command in it need not wait for the turn's end.
-    else if (msg.text && msg.confidence >= this.settings.earlyIntentMinConfidence) this.#earlyIntent(turn, msg);
+    // The pause's decode has all the speech so far, read with the grammar's help: a complete command in it need
+    // not wait for the turn's end.
+    else if (msg.text) this.#earlyIntent(turn, msg, this.settings.pauseIntentMinConfidence);
+  }
+
+  /** The worker's answer to `promote`: a partial that finished (or was dropped) first needs a decode of its own. */
+  #promoted(msg) {
+    const turn = this.promotions.get(msg.id);
+    this.promotions.delete(msg.id);
+    if (msg.promoted || !turn?.final?.promoted || turn.final.id !== msg.id) return;
+    const end = Math.min(this.capture.ring.written, turn.final.end + FRAME);
+    turn.final = { ...turn.final, promoted: false, id: this.#decode(turn, turn.start, end, true) };
   }
 
   #finish(turn) {
@@ -340,17 +373,35 @@ export class Voxline {
     return { text: result.text, confidence: result.confidence };
   }
 
-  /** Semantic endpointing: a confident partial that is a complete command acts before the turn is over. */
-  async #earlyIntent(turn, partial) {
+  /**
+   * Semantic endpointing: a decode of an unfinished turn (a partial, or the pause's decode) that reads a complete
+   * command acts before the turn is over, when its confidence reaches `gate`. A command learned from the server
+   * acts on the same words at a pause (the server saw them as a whole turn); the grammar's commands must also be
+   * ones that nothing longer could extend ("turn the volume" waits).
+   */
+  async #earlyIntent(turn, decoded, gate) {
     if (!this.intents || turn.dispatched) return;
-    const { text, confidence } = this.#commandText(partial, this.settings.earlyIntentMinConfidence);
-    if (confidence < this.settings.earlyIntentMinConfidence) return;
+    const stale = () => turn.ended || (turn.final && turn.final.id !== decoded.id) || (!turn.final && decoded.final);
+    const learned = decoded.final && decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
+    if (learned) return this.#dispatch(turn, 'cache', decoded.text, decoded.confidence, learned, { early: true });
+    const { text, confidence } = this.#commandText(decoded, gate);
+    if (confidence < gate) return;
     const result = await this.intents.recognize(text).catch(() => null);
-    const stale = turn.final && turn.final.id !== partial.id; // a periodic partial overtaken by the pause's decode
-    if (turn.dispatched || stale || !isCompleteCommand(result)) return;
+    // stale: a partial overtaken by the pause's decode, a pause the speaker talked over, a turn the final decides
+    if (turn.dispatched || stale() || !result?.match) return;
+    const command = { text, confidence, match: result.match };
+    if (isCompleteCommand(result)) return this.#dispatchCommand(turn, command);
+    // A command that could go on ("turn the volume down" … "to 30"): after `prefixCommandSilenceSecs` of silence.
+    if (!decoded.final) return;
+    if (turn.final.silenceMarked) this.#dispatchCommand(turn, command);
+    else turn.final.waitingCommand = command;
+  }
+
+  /** An early command: from the cache when its words were learned, else the grammar's match (learned now). */
+  #dispatchCommand(turn, { text, confidence, match }) {
     const cached = this.intents.peek(text);
-    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, cached ?? result.match, { early: true });
-    if (!cached) this.intents.remember(text, result.match, 'local');
+    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, cached ?? match, { early: true });
+    if (!cached) this.intents.remember(text, match, 'local');
   }
 
   /**

@@ -158,11 +158,13 @@ export class Whisper {
    * @param {Float32Array} audio 16 kHz mono speech (no longer than the largest window)
    * @param {import('./settings.js').Settings} settings
    * @param {() => boolean} cancelled checked between decoder steps
-   * @param {boolean} final false for a partial while the user speaks: then a command reading is given only where
-   *   the free transcript already is one (no search, no second decode), so that partials leave the cores to the
-   *   voice detector and to the final decode
+   * @param {boolean|(() => boolean)} final false for a partial while the user speaks: then a command reading is
+   *   given only where the free transcript already is one (no search, no second decode), so that partials leave the
+   *   cores to the voice detector and to the final decode. A function is asked after the free decode (a partial
+   *   can be promoted to a final while it runs).
    */
   async transcribe(audio, settings, cancelled = () => false, final = true) {
+    const isFinal = typeof final === 'function' ? final : () => final;
     const t0 = performance.now();
     const window = new Float32Array(this.windowSamples(audio.length, settings));
     window.set(audio.subarray(Math.max(0, audio.length - window.length)));
@@ -183,13 +185,13 @@ export class Whisper {
     }
     // The free transcript (what the server gets) and, where it is a command, its reading: no extra work for a
     // command heard well, nor for a clear question.
-    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, final);
+    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, isFinal);
     if (free.cancelled) return free;
     const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
     const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
     // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
     // commands, and keep that reading if it is confident.
-    if (final && !sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
+    if (isFinal() && !sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
@@ -199,13 +201,13 @@ export class Whisper {
     return { ...free, prompted: false, ...timing() };
   }
 
-  /** A decode after `prompt` and its command reading. */
-  async #read(prompt, crossK, crossV, budget, settings, cancelled, search = true) {
+  /** A decode after `prompt` and its command reading (`search()`: whether to look beyond the free transcript). */
+  async #read(prompt, crossK, crossV, budget, settings, cancelled, search = () => true) {
     const decoded = await this.#decode(crossK, crossV, prompt, budget, cancelled);
     if (decoded.cancelled) return decoded;
     const { states, logprobs, eotLogprob, ...free } = decoded;
     const since = performance.now();
-    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled, search);
+    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled, search());
     if (command?.cancelled) return command;
     if (command) command.ms = performance.now() - since;
     return { ...free, command };

@@ -26,7 +26,8 @@ COMMANDS = [
 ]
 CONFIGS = {
     "voxline": "",
-    "fixed-800ms-baseline": "&vx.hangoverSecs=0.8&vx.turnCompleteProb=2&vx.earlyIntentMinConfidence=2",
+    "fixed-800ms-baseline": "&vx.hangoverSecs=0.8&vx.turnCompleteProb=2&vx.earlyIntentMinConfidence=2"
+                            "&vx.pauseIntentMinConfidence=2",
 }
 ENGINE_START_S = 14.0  # lead silence: Pyodide starts while the fake microphone plays it
 
@@ -431,7 +432,7 @@ def build_pages(items: list[SetItem], voices: list[str], noise_snr_db: float | N
     return pages, spoken
 
 
-def missing_baseline_settings() -> list[str]:
+def missing_baseline_settings(configs: list[Config] = SET_CONFIGS) -> list[str]:
     """The baseline's page and server settings this checkout does not have yet (they are then left out)."""
     from dataclasses import fields
 
@@ -440,7 +441,7 @@ def missing_baseline_settings() -> list[str]:
     missing = []
     known = {f.name for f in fields(Settings)}
     page_settings = (Settings().web_dir / "voxline" / "settings.js").read_text(encoding="utf-8")
-    for config in SET_CONFIGS:
+    for config in configs:
         missing += [f"server:{k}" for k in config.server if k not in known]
         for part in filter(None, config.query.split("&")):
             name = part.split("=")[0].removeprefix("vx.")
@@ -449,9 +450,9 @@ def missing_baseline_settings() -> list[str]:
     return missing
 
 
-def _configs_available(missing: list[str]) -> list[Config]:
+def _configs_available(missing: list[str], configs: list[Config] = SET_CONFIGS) -> list[Config]:
     out = []
-    for c in SET_CONFIGS:
+    for c in configs:
         server = {k: v for k, v in c.server.items() if f"server:{k}" not in missing}
         query = "".join(f"&{p}" for p in filter(None, c.query.split("&"))
                         if f"page:{p.split('=')[0].removeprefix('vx.')}" not in missing)
@@ -460,8 +461,11 @@ def _configs_available(missing: list[str]) -> list[Config]:
 
 
 def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds: int = 1, llm: str | None = None,
-            limit: int | None = None, second_hearing: bool = False, progress=None) -> tuple[dict, list[dict]]:
-    """Play the set through the demo page in Chromium for each configuration; return the report and every outcome."""
+            limit: int | None = None, second_hearing: bool = False, progress=None,
+            baseline_query: str | None = None) -> tuple[dict, list[dict]]:
+    """Play the set through the demo page in Chromium for each configuration; return the report and every outcome.
+    `baseline_query`: page settings (`&vx.NAME=value...`) of the baseline instead of `SET_CONFIGS`' (then both
+    configurations share one server), to measure one change beside the design before it."""
     import tempfile
 
     from voxline.config import Settings
@@ -473,8 +477,9 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
         raise ValueError("--rounds must be at least 1")
     started = time.monotonic()
     items = limit_items(load_set(path), limit)
-    missing = missing_baseline_settings()
-    configs = _configs_available(missing)
+    chosen = SET_CONFIGS if baseline_query is None else [Config("voxline"), Config("baseline", query=baseline_query)]
+    missing = missing_baseline_settings(chosen)
+    configs = _configs_available(missing, chosen)
     outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
     problems: dict[str, dict[str, int]] = {c.name: {} for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
@@ -519,7 +524,8 @@ def main(args) -> int:
     try:
         report, outcomes = run_set(args.set, voices=voices, noise_snr_db=args.noise_snr_db, rounds=args.rounds,
                                    llm=args.llm, limit=args.limit, second_hearing=args.second_hearing,
-                                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+                                   progress=lambda line: print(line, file=sys.stderr, flush=True),
+                                   baseline_query=args.baseline_query)
     except (SetFormatError, ValueError, FileNotFoundError) as error:
         print(f"voxline bench intents: {error}", file=sys.stderr)
         return 2
