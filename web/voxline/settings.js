@@ -20,6 +20,9 @@ export const DEFAULTS = Object.freeze({
   turnCheckSecs: 0.2,
   /** smart-turn waits at most this long for the pause's speculative decode to finish (they share the CPU). */
   turnCheckMaxWaitMs: 400,
+  /** smart-turn in a worker of its own, so the voice detector reads on while it runs (off: in the listening
+   * worker, which then stops for each run: the design before, for side-by-side benchmarks). */
+  turnWorker: true,
   /** smart-turn's P(complete) above which the turn ends at once (it is only trusted when confident). */
   turnCompleteProb: 0.7,
   /** Silence after which a complete command that could still go on ("turn the volume down" … "to 30", "stop" …

@@ -1,16 +1,21 @@
 // The listening worker: reads the capture ring, runs Silero VAD on every 32 ms frame, drives the endpointer,
 // asks smart-turn whether a pause ends the turn, and Opus-encodes the audio of each turn with WebCodecs.
 // It posts endpointing events (with absolute sample positions) to the page; it never decodes speech.
+// smart-turn runs in a worker of its own (turn-worker.js, `turnWorker`), so the detector reads on meanwhile; its
+// answer is applied once the detector has read the audio that came in before it (see `answer`).
 import { Endpointer } from './endpointer.js';
 import { loadOrt, createSession } from './ort.js';
 import { SampleRing } from './ring.js';
 import { TurnAudioEncoder } from './opus.js';
+import { spawnWorker } from './workers.js';
 
 const FRAME = 512; // Silero v5 at 16 kHz
 const CONTEXT = 64; // samples of the previous frame Silero v5 expects in front of each frame
 const TURN_WINDOW = 8 * 16000; // smart-turn reads the last 8 s
 
 let ort, vad, turn, ring, endpointer, settings, encoder;
+/** @type {Worker|null} smart-turn's own worker (null: smart-turn runs here, `turn`) */
+let turnWorker = null;
 let state, context, position, running = false;
 
 self.onmessage = async (event) => {
@@ -30,7 +35,10 @@ async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   ort = await loadOrt(1, msg.ort);
-  [vad, turn] = await Promise.all([createSession(ort, msg.vadModel), createSession(ort, msg.turnModel)]);
+  const started = settings.turnWorker ? startTurnWorker(msg.turnModel, msg.ort) : null;
+  [vad, turn] = await Promise.all([createSession(ort, msg.vadModel),
+    settings.turnWorker ? null : createSession(ort, msg.turnModel)]);
+  await started;
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
   await warmUp();
@@ -41,7 +49,33 @@ async function warmUp() {
   // The first run of a session compiles kernels; do it now rather than on the user's first word.
   resetVadState();
   await vadProb(new Float32Array(FRAME));
-  await turnProb(new Float32Array(TURN_WINDOW));
+  if (turn) await turnProb(new Float32Array(TURN_WINDOW));
+}
+
+/** Start smart-turn's worker; resolves when it is ready (its model loaded and run once). */
+function startTurnWorker(turnModel, runtime) {
+  turnWorker = spawnWorker('./turn-worker.js');
+  return new Promise((resolve, reject) => {
+    turnWorker.onmessage = ({ data }) => {
+      if (data.type === 'ready') resolve();
+      else if (data.type === 'error' && data.pauseId === undefined) reject(new Error(`turn detection: ${data.message}`));
+      else fromTurnWorker(data);
+    };
+    turnWorker.onerror = (event) => reject(new Error(`the turn detection worker failed to start: ${event.message ?? 'script error'}`));
+    turnWorker.postMessage({ type: 'init', turnModel, ort: runtime });
+  });
+}
+
+function fromTurnWorker(msg) {
+  if (msg.type === 'turn-prob') return turnAnswer(msg.pauseId, msg.prob, msg.ms);
+  // One pause without an answer: the hangover ends that turn.
+  self.postMessage({ type: 'error', code: 'turn_detection_failed', message: `Turn detection failed (${msg.message}); this turn ends after ${settings.hangoverSecs} s of silence.` });
+}
+
+/** smart-turn's answer for a pause: for the page's diagnostics now, for the endpointer once read up to here. */
+function turnAnswer(pauseId, prob, ms) {
+  self.postMessage({ type: 'turn-prob', pauseId, prob, ms });
+  answer = { pauseId, prob, heardUpTo: ring.written };
 }
 
 function resetVadState() {
@@ -106,8 +140,9 @@ async function loop() {
 }
 
 /**
- * smart-turn's last answer, applied once the detector has read the audio that came in while smart-turn ran (it
- * blocks this worker for ~0.2 s): a speaker who went on meanwhile has resumed the turn by then.
+ * smart-turn's last answer, applied once the detector has read the audio that came in before it (while smart-turn
+ * ran, and while the detector ran behind the microphone): a speaker who went on meanwhile has resumed the turn by
+ * then, and the answer about the pause before is stale.
  * @type {{pauseId: number, prob: number, heardUpTo: number}|null}
  */
 let answer = null;
@@ -133,11 +168,17 @@ function afterAsr(pauseId) {
 
 async function handle(ev) {
   if (ev.type === 'turn-check') {
-    await afterAsr(ev.pauseId);
+    if (turnWorker) {
+      // Read on meanwhile; the window is taken now, when the pause is what it was asked about.
+      const samples = lastEightSeconds(ev.start, ev.end);
+      afterAsr(ev.pauseId).then(() => turnWorker.postMessage({ type: 'check', pauseId: ev.pauseId, samples },
+        [samples.buffer]));
+      return;
+    }
+    await afterAsr(ev.pauseId); // smart-turn here stops the detector for its run (`turnWorker` off)
     const started = performance.now();
     const p = await turnProb(lastEightSeconds(ev.start, ev.end));
-    self.postMessage({ type: 'turn-prob', pauseId: ev.pauseId, prob: p, ms: performance.now() - started });
-    answer = { pauseId: ev.pauseId, prob: p, heardUpTo: ring.written };
+    turnAnswer(ev.pauseId, p, performance.now() - started);
     return;
   }
   if (ev.type === 'speech-start') encoder.beginTurn(ev.start, ring.read(Math.max(ev.start, ring.written - ring.capacity), position));

@@ -44,8 +44,9 @@ REVALIDATE = "no-cache"
 ENCODINGS = ("br", "gzip")
 """Content-Encodings offered, in order of preference (brotli is ~15-35 % smaller than gzip on the wasm)."""
 SUFFIX = {"br": "br", "gzip": "gz"}
-BUILD_BROTLI_QUALITY = 11
-"""Brotli quality of what `voxline models fetch` precompresses (~3.5 s per MB on one core, once)."""
+BUILD_BROTLI_QUALITY = 10
+"""Brotli quality of what `voxline models fetch` precompresses, once (~2.3 s per MB on one core). On 8 MB of the
+int8 Whisper decoder: quality 9 gave 4.61 MB in 7.5 s, 10 gave 4.01 MB in 18.4 s, 11 gave 4.04 MB in 31.5 s."""
 BACKGROUND_BROTLI_QUALITY = 9
 """Brotli quality of a variant a running server builds because it was missing (~0.5 s per MB; 2-15 % larger)."""
 GZIP_LEVEL = 9
