@@ -9,12 +9,10 @@ Two plain HTTP servers on other ports play the sites (`localhost`, so another si
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from voxline.bench.browser import ServerThread, launch_chromium, wait_for_js
+from voxline.bench.browser import HostPage, ServerThread, launch_chromium, wait_for_js
 from voxline.config import Settings
 
 SECRET = "shop-secret-for-the-e2e-test"
@@ -43,37 +41,9 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A pa
 </script></body></html>"""
 
 
-class Site:
-    """A plain HTTP server whose one page is set after it starts (the Voxline server's port is not known yet)."""
-
-    def __init__(self) -> None:
-        site = self
-        self.html = ""
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                body = site.html.encode()
-                self.send_response(200)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.origin = f"http://localhost:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def sites():
-    shop, other = Site(), Site()
+    shop, other = HostPage(), HostPage()
     keys = [{"id": "shop", "secret": SECRET, "origins": [shop.origin], "public": True}]
     settings = Settings.from_env(llm_model="smollm2-135m-instruct-ct2", tts_engine="espeak", site_keys=json.dumps(keys))
     with ServerThread(settings) as server:
@@ -91,7 +61,7 @@ def browser(browser_type):
     browser.close()
 
 
-def open_page(browser, site: Site, query: str = ""):
+def open_page(browser, site: HostPage, query: str = ""):
     page = browser.new_page()
     page.add_init_script(RECORD_CLOSES)
     sockets: list[str] = []

@@ -11,14 +11,12 @@ Screenshots of the widget in each state are kept in e2e/artifacts/ (git-ignored:
 from __future__ import annotations
 
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, ServerThread, launch_chromium
+from voxline.bench.browser import RECORD_EVENTS, HostPage, ServerThread, launch_chromium
 from voxline.config import Settings
 
 from .conftest import E2E_LLM
@@ -49,39 +47,6 @@ HOST_PAGE = """<!doctype html>
 SHOT_STATES = ("loading", "idle", "listening", "thinking", "speaking", "offline", "error")
 
 
-class HostPageServer:
-    """A plain HTTP server for one HTML page: the site that embeds the widget."""
-
-    def __init__(self, html: str, port: int = 0) -> None:
-        body = html.encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                if self.path.split("?")[0] != "/":
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self.url = f"http://localhost:{self.httpd.server_address[1]}/"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self) -> HostPageServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.fixture(scope="module")
 def spoken(tmp_path_factory):
     """A command, then a question for the server; the microphone opens only when the button is pressed."""
@@ -110,7 +75,7 @@ def voxline_server(host_port):
 def host_page(voxline_server, host_port):
     ws = voxline_server.url.replace("http://", "ws://") + "/ws"
     html = HOST_PAGE.format(css=HOST_CSS, voxline=voxline_server.url, ws=ws)
-    with HostPageServer(html, host_port) as server:
+    with HostPage(html, host_port) as server:
         yield server
 
 
@@ -233,7 +198,7 @@ def test_widget_as_an_es_module_on_a_page_that_places_the_element_itself(browser
     </body></html>"""
     browser = launch_chromium(browser_type)
     try:
-        with HostPageServer(html, host_port) as host:
+        with HostPage(html, host_port) as host:
             page = browser.new_context(permissions=["microphone"]).new_page()
             page.add_init_script(RECORD_EVENTS)
             page.goto(host.url)

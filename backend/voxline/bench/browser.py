@@ -10,6 +10,7 @@ import shutil
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import uvicorn
@@ -32,6 +33,46 @@ RECORD_EVENTS = (
     f"for (const name of {EVENT_NAMES!r}) "
     "document.addEventListener('voxline:' + name, (e) => window.__vx.push({name, ...e.detail}));"
 )
+
+
+class HostPage:
+    """A plain HTTP server on loopback for one HTML page at `/` (anything else is 404): another site than the
+    Voxline server, such as one that embeds the widget. `html` may be set after it starts (when the page names the
+    Voxline server, whose port is not known yet). A context manager; `close()` stops it."""
+
+    def __init__(self, html: str = "", port: int = 0) -> None:
+        host = self
+        self.html = html
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+                if self.path.split("?")[0] != "/":
+                    self.send_error(404)
+                    return
+                body = host.html.encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.origin = f"http://localhost:{self.httpd.server_address[1]}"
+        self.url = self.origin + "/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> HostPage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ServerThread:

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from voxline.bench.browser import CHROMIUM, CHROMIUM_FLAGS, RECORD_EVENTS, ServerThread, wait_for_js
+from voxline.bench.browser import CHROMIUM, CHROMIUM_FLAGS, RECORD_EVENTS, HostPage, ServerThread, wait_for_js
 from voxline.bench.proxy import PROFILES, CountingProxy, Transfer
 
 VISIT_TIMEOUT_S = 180.0
@@ -118,9 +118,6 @@ def _short(url: str) -> str:
 def run(server_url: str, host_port: int | None, profile_name: str | None, pages: list[str],
         returning: str = "same-context") -> dict:
     """Cold and warm visits of each page in `pages` ('demo', 'widget')."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from playwright.sync_api import sync_playwright
 
     profile = PROFILES[profile_name] if profile_name else None
@@ -129,24 +126,10 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
     host = None
     if "widget" in pages:
         ws = server_url.replace("http://", "ws://") + "/ws"
-        body = HOST_PAGE.format(voxline=server_url, ws=ws).encode()
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                self.send_response(200)
-                self.send_header("content-type", "text/html; charset=utf-8")
-                self.send_header("content-length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        host = ThreadingHTTPServer(("127.0.0.1", host_port or 0), Handler)
-        threading.Thread(target=host.serve_forever, daemon=True).start()
+        host = HostPage(HOST_PAGE.format(voxline=server_url, ws=ws), host_port or 0)
     targets = {"demo": (server_url + "/", DEMO_ENGINE_UP)}
     if host:
-        targets["widget"] = (f"http://localhost:{host.server_address[1]}/", WIDGET_ENGINE_UP)
+        targets["widget"] = (host.url, WIDGET_ENGINE_UP)
     try:
         with CountingProxy(profile) as proxy, sync_playwright() as pw:
             for name in pages:
@@ -159,8 +142,7 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
                           file=sys.stderr)
     finally:
         if host:
-            host.shutdown()
-            host.server_close()
+            host.close()
     return out
 
 
