@@ -64,11 +64,28 @@ document.addEventListener(EVENTS.replyAudio, (e) => {
   else if ($('state').dataset.state === 'speaking') setState('listening', 'Listening'); // not over "Hearing you…"
 });
 document.addEventListener(EVENTS.timings, (e) => drawTimings(e.detail));
+/** Errors after which nothing works until the user acts (reload, allow the microphone); any error before
+ * `voxline:ready` is one too. The others leave Voxline working with less (no learned commands, no grammar help, one
+ * turn lost): their message is shown, the state stays. */
+const FATAL_ERROR = /^(mic_|model_|load_failed$|vad_failed$)/;
+/** The server cannot be reached or will not serve this page: local commands still work. */
+const OFFLINE_ERRORS = new Set(['backend_unreachable', 'token_unavailable', 'unauthenticated', 'origin_not_allowed',
+  'unauthorized', 'unsupported_version', 'unsupported_language']);
+let modelsReady = false;
+document.addEventListener(EVENTS.ready, () => { modelsReady = true; });
 document.addEventListener(EVENTS.error, (e) => {
-  // Losing the backend is not fatal: local commands go on working, and the link reconnects by itself.
-  if (e.detail.code === 'backend_unreachable') setState('offline', 'Offline: local commands only');
-  else setState('error', 'Something went wrong');
-  $('detail').textContent = e.detail.message;
+  const { code, message } = e.detail;
+  if (OFFLINE_ERRORS.has(code)) setState('offline', 'Offline: local commands only');
+  else if (FATAL_ERROR.test(code) || !modelsReady) setState('error', 'Something went wrong');
+  $('detail').textContent = message;
+});
+document.addEventListener(EVENTS.link, (e) => {
+  // Back online (the link reconnects by itself): the offline notice goes.
+  if (e.detail.state === 'open' && $('state').dataset.state === 'offline') {
+    if (window.voxline.listening) setState('listening', 'Listening');
+    else setState('idle', 'Ready');
+    $('detail').textContent = '';
+  }
 });
 
 const SVG = 'http://www.w3.org/2000/svg';
