@@ -176,7 +176,10 @@ def test_widget_embedded_cross_origin_hears_a_command_and_answers_a_question(bro
         assert button.get_attribute("aria-pressed") == "false"
         wait_state(page, "idle", 30)
 
-        # Offline and error, from the events that cause them (stopping the shared server would end other tests).
+        # Offline and error, from the events that cause them (stopping the shared server would end other tests),
+        # once the fresh instance's link is open: its `voxline:link` open would clear an offline state set before.
+        page.wait_for_function("window.__vx.filter(e => e.name === 'link' && e.state === 'open').length >= 3",
+                               timeout=60_000)
         page.evaluate("""document.querySelector('voxline-assistant').dispatchEvent(new CustomEvent('voxline:error',
             {detail: {code: 'backend_unreachable', message: 'The Voxline server is unreachable.'}}))""")
         wait_state(page, "offline", 5)
