@@ -256,6 +256,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench_intents.add_argument("--json-out", type=Path, metavar="FILE",
                                help="also write the report with every outcome, and FILE.errors.txt")
     bench_intents.set_defaults(func=_cmd_bench)
+    bench_cutoffs = bench.add_parser(
+        "cutoffs", help="false cut-offs: turns ended inside utterances with short pauses, beside a baseline",
+        description="Utterances with mid-sentence pauses (synthetic voices with 150-500 ms pauses placed between "
+                    "phrases, and recorded prompts of a human speaker) through the demo page in Chromium: how often "
+                    "a turn ends, or a command acts, inside one; end of speech -> turn over. JSON on stdout, the "
+                    "cuts on stderr.")
+    bench_cutoffs.add_argument("--set", type=Path, default=None, metavar="FILE",
+                               help="phrases separated by '|', one utterance a line (default: "
+                                    "voxline/bench/sets/pauses-en.txt)")
+    bench_cutoffs.add_argument("--voices", action="append", metavar="A,B",
+                               help="synthetic voices (default espeak-gb,hibari-1)")
+    bench_cutoffs.add_argument("--recorded", type=int, default=48, metavar="N",
+                               help="recorded single-sentence prompts (default 48; 0: none)")
+    bench_cutoffs.add_argument("--limit", type=int, metavar="N", help="only N lines of the set and N recorded")
+    bench_cutoffs.add_argument("--baseline-query", metavar="QUERY",
+                               help="page settings of a baseline heard beside today's defaults, e.g. "
+                                    "'&vx.turnCompleteProb=0.7'")
+    bench_cutoffs.add_argument("--llm", default="smollm2-135m-instruct-ct2", help="server LLM (answers questions)")
+    bench_cutoffs.add_argument("--json-out", type=Path, metavar="FILE", help="also write every outcome")
+    bench_cutoffs.set_defaults(func=_cmd_bench)
     bench_turn = bench.add_parser("turn", help="first reply audio: server (vs non-streaming) and browser TTFA")
     bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20)")
     bench_turn.add_argument("--browser", type=int, default=0, metavar="N", help="also N spoken questions in Chromium")
