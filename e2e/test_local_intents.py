@@ -47,7 +47,8 @@ def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_v
     assert intents[0]["source"] == "local"
     assert intents[2]["source"] == "cache"
     for intent, truth in zip(intents, placed):
-        assert intent["audio_t"] > truth.end_s - 0.6  # never before the words were (nearly) all heard
+        # never before all the words were heard: a command acts after a silence (capture clock), not on a partial
+        assert intent["audio_t"] > truth.end_s, vx.timeline()
     assert requests == [], "local intents must not touch the network"
     if not ws_down:
         assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"

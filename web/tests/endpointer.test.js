@@ -28,8 +28,9 @@ const silence = (secs) => Array(frames(secs)).fill(0.02);
 
 test('a turn starts after the minimum speech length and ends after the hangover', () => {
   const { events } = run([...silence(0.5), ...speech(1.0), ...silence(1.0)]);
-  assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', 'turn-check', 'command-silence', 'speech-end']);
-  const [start, , , , end] = events;
+  assert.deepEqual(events.map((e) => e.type),
+    ['speech-start', 'pause', 'turn-check', 'command-silence', 'command-silence', 'speech-end']);
+  const [start, , , , , end] = events;
   assert.equal(start.voicedAt, frames(0.5) * FRAME);
   assert.equal(start.start, start.voicedAt - DEFAULTS.preRollSecs * RATE);
   assert.equal(end.end, (frames(0.5) + frames(1.0)) * FRAME);
@@ -37,11 +38,34 @@ test('a turn starts after the minimum speech length and ends after the hangover'
   assert.ok(end.silence_s >= DEFAULTS.hangoverSecs && end.silence_s < DEFAULTS.hangoverSecs + 0.04);
 });
 
-test('a confident smart-turn answer ends the turn early', () => {
+test('a confident smart-turn answer ends the turn before the hangover, once the silence is long enough', () => {
   const { events } = run([...speech(1.0), ...silence(1.0)], DEFAULTS, () => 0.95);
   const end = events.find((e) => e.type === 'speech-end');
   assert.equal(end.reason, 'smart-turn');
-  assert.ok(end.silence_s < DEFAULTS.turnCheckSecs + 0.05);
+  assert.ok(end.silence_s >= DEFAULTS.turnCompleteMinSilenceSecs
+    && end.silence_s < DEFAULTS.turnCompleteMinSilenceSecs + 0.04, `ended after ${end.silence_s} s`);
+  assert.ok(DEFAULTS.turnCompleteMinSilenceSecs < DEFAULTS.hangoverSecs);
+});
+
+test('smart-turn answering "complete" in a mid-sentence pause does not end the turn', () => {
+  // A 0.4 s pause (shorter than turnCompleteMinSilenceSecs), asked at 0.2 s: "complete", then the speaker goes on.
+  const { events } = run([...speech(1.0), ...silence(0.4), ...speech(0.6), ...silence(1.0)], DEFAULTS, () => 0.99);
+  const ends = events.filter((e) => e.type === 'speech-end');
+  assert.equal(ends.length, 1, 'one turn');
+  assert.equal(ends[0].end, frames(2.0) * FRAME);
+});
+
+test('the minimum silence is on the capture clock: an answer that comes late ends the turn at once', () => {
+  const ep = new Endpointer(DEFAULTS);
+  const probs = [...speech(1.0), ...silence(1.0)];
+  const lateAt = frames(1.0) + frames(DEFAULTS.turnCompleteMinSilenceSecs + 0.1);
+  let ended = null;
+  probs.forEach((p, i) => {
+    for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) if (ev.type === 'speech-end') ended ??= { ...ev, frame: i };
+    if (i === lateAt && !ended) for (const ev of ep.turnResult(ep.pauseId, 0.99)) ended = { ...ev, frame: i };
+  });
+  assert.equal(ended.reason, 'smart-turn');
+  assert.equal(ended.frame, lateAt);
 });
 
 test('an unsure smart-turn answer leaves the hangover in charge', () => {
@@ -87,20 +111,38 @@ test('a turn never outgrows the maximum length', () => {
   assert.ok((end.end - end.start) / RATE <= DEFAULTS.maxTurnSecs + 0.05);
 });
 
-test('a complete command that could go on is told once when the silence is long enough for it', () => {
-  const { events } = run([...speech(1.0), ...silence(0.25), ...speech(0.3), ...silence(1.0)], DEFAULTS, () => 0.2);
+test('each kind of command is told once, when the silence is long enough for it', () => {
+  const between = (DEFAULTS.commandSilenceSecs + DEFAULTS.prefixCommandSilenceSecs) / 2;
+  const { events } = run([...speech(1.0), ...silence(between), ...speech(0.3), ...silence(1.0)], DEFAULTS, () => 0.2);
   const marks = events.filter((e) => e.type === 'command-silence');
   const pauses = events.filter((e) => e.type === 'pause');
   assert.equal(pauses.length, 2);
-  assert.equal(marks.length, 1, 'the 0.25 s pause is too short for the mark');
-  assert.equal(marks[0].pauseId, pauses[1].pauseId);
-  assert.ok(marks[0].silence_s >= DEFAULTS.prefixCommandSilenceSecs
-    && marks[0].silence_s < DEFAULTS.prefixCommandSilenceSecs + 0.04);
+  assert.deepEqual(marks.map((m) => [m.kind, m.pauseId]),
+    [['complete', pauses[0].pauseId], ['complete', pauses[1].pauseId], ['prefix', pauses[1].pauseId]],
+    'the first pause is long enough for a complete command, too short for one that could go on');
+  for (const mark of marks) {
+    const wanted = mark.kind === 'complete' ? DEFAULTS.commandSilenceSecs : DEFAULTS.prefixCommandSilenceSecs;
+    assert.ok(mark.silence_s >= wanted && mark.silence_s < wanted + 0.04, `${mark.kind} at ${mark.silence_s}`);
+  }
   assert.equal(events.at(-1).type, 'speech-end');
 });
 
+test('a pause between words is too short for any command to act', () => {
+  const { events } = run([...speech(1.0), ...silence(0.15), ...speech(0.3), ...silence(0.15), ...speech(0.3)]);
+  assert.deepEqual(events.filter((e) => e.type === 'command-silence'), []);
+});
+
+test('no command mark on a voiced frame, even past its silence (the words that extend it may be starting)', () => {
+  // silence up to just before the complete mark, then a 64 ms blip (too short to resume) across it, then silence
+  const before = DEFAULTS.commandSilenceSecs - 0.03;
+  const probs = [...speech(1.0), ...silence(before), 0.9, 0.9, ...silence(1.0)];
+  const { events } = run(probs);
+  const first = events.find((e) => e.type === 'command-silence');
+  assert.equal(first.frame, frames(1.0) + frames(before) + 2, 'the mark waits for the next silent frame');
+});
+
 test('with the mark due at the turn check, the mark comes first (smart-turn then holds the worker)', () => {
-  const settings = { ...DEFAULTS, prefixCommandSilenceSecs: DEFAULTS.turnCheckSecs };
+  const settings = { ...DEFAULTS, commandSilenceSecs: DEFAULTS.turnCheckSecs };
   const { events } = run([...speech(1.0), ...silence(1.0)], settings);
   const types = events.map((e) => e.type);
   assert.ok(types.indexOf('command-silence') < types.indexOf('turn-check'), types.join());
@@ -108,20 +150,21 @@ test('with the mark due at the turn check, the mark comes first (smart-turn then
 });
 
 test('smart-turn calling a pause complete while the speaker goes on again does not cut the turn', () => {
-  // 0.25 s of silence: smart-turn is asked at 0.2 s and answers "complete" on the frame the voice comes back.
+  // 0.25 s of silence: smart-turn is asked at 0.2 s and answers "complete" on the frame the voice comes back
+  // (no minimum silence here: this is about the answer racing the voice).
   const probs = [...speech(1.0), ...silence(0.25), ...speech(0.5), ...silence(1.0)];
-  const ep = new Endpointer(DEFAULTS);
+  const ep = new Endpointer({ ...DEFAULTS, turnCompleteMinSilenceSecs: 0, commandSilenceSecs: 0.3 });
   const seen = [];
   probs.forEach((p, i) => {
     for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) seen.push(ev.type);
     if (i === frames(1.0) + frames(0.25)) seen.push(...ep.turnResult(ep.pauseId, 0.99).map((e) => e.type));
   });
   assert.deepEqual(seen, ['speech-start', 'pause', 'turn-check', 'resume', 'pause', 'turn-check', 'command-silence',
-    'speech-end'], 'one turn, ended after the second pause');
+    'command-silence', 'speech-end'], 'one turn, ended after the second pause');
 });
 
 test('a complete answer that came during a blip ends the turn at the next silent frame', () => {
-  const ep = new Endpointer(DEFAULTS);
+  const ep = new Endpointer({ ...DEFAULTS, turnCompleteMinSilenceSecs: 0 });
   const probs = [...speech(1.0), ...silence(0.25), 0.9, ...silence(1.0)];
   const ends = [];
   probs.forEach((p, i) => {

@@ -1,10 +1,12 @@
 // Turn endpointing from Silero VAD probabilities, one 32 ms frame at a time.
 //
 //   SILENCE ──voiced ≥ minSpeechSecs──► SPEECH ──unvoiced──► PAUSE ──silence ≥ hangoverSecs──► (turn ends) SILENCE
-//                                          ▲                   │  ├─silence ≥ prefixCommandSilenceSecs: say so once
-//                                          │                   │  │ (a complete command that could go on acts now)
+//                                          ▲                   │  ├─silence ≥ commandSilenceSecs, then ≥
+//                                          │                   │  │ prefixCommandSilenceSecs: say so once each (a
+//                                          │                   │  │ complete command, then one that could go on, acts)
 //                                          └──voiced ≥ resume──┘  └─silence ≥ turnCheckSecs: ask smart-turn once;
 //                                                                    P(complete) ≥ turnCompleteProb ends the turn
+//                                                                    once silence ≥ turnCompleteMinSilenceSecs
 //
 // A click or a cough is shorter than minSpeechSecs, so it cannot start a turn; ending needs silence, so it cannot
 // end one either. Hysteresis: a frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between
@@ -20,7 +22,7 @@ export const RESUME_SECS = 0.096;
  *   | {type: 'pause', start: number, end: number, pauseId: number}
  *   | {type: 'resume', pauseId: number}
  *   | {type: 'turn-check', start: number, end: number, pauseId: number}
- *   | {type: 'command-silence', pauseId: number, silence_s: number}
+ *   | {type: 'command-silence', kind: 'complete'|'prefix', pauseId: number, silence_s: number}
  *   | {type: 'speech-end', start: number, end: number, silence_s: number,
  *      reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
  */
@@ -31,6 +33,9 @@ export class Endpointer {
     this.s = settings;
     this.rate = settings.sampleRate;
     this.pauseId = 0; // increases across turns, so an answer about any earlier pause is recognisably stale
+    /** The silences a command waits for before it acts, by kind, shortest first. */
+    this.commandMarks = [['complete', settings.commandSilenceSecs], ['prefix', settings.prefixCommandSilenceSecs]]
+      .sort((a, b) => a[1] - b[1]);
     this.reset();
   }
 
@@ -41,7 +46,7 @@ export class Endpointer {
     this.turnStart = -1; // first sample of the turn (pre-roll included)
     this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
     this.turnChecked = false;
-    this.silenceMarked = false;
+    this.silenceMarks = 0; // how many of the command-silence marks this pause has had
     this.completeAt = 0; // a pause smart-turn called complete while voice was heard again
   }
 
@@ -69,7 +74,7 @@ export class Endpointer {
         }
         this.state = State.PAUSE;
         this.turnChecked = false;
-        this.silenceMarked = false;
+        this.silenceMarks = 0;
         this.completeAt = 0;
         this.pauseId += 1;
         return [{ type: 'pause', start: this.turnStart, end: this.lastVoicedEnd, pauseId: this.pauseId }];
@@ -80,13 +85,15 @@ export class Endpointer {
   }
 
   /**
-   * smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one. When it
-   * comes while voice is heard again (not yet long enough to resume), it waits for the next silent frame: the
-   * speaker may be going on, and smart-turn only heard what came before.
+   * smart-turn's answer for a pause; ends the turn when confident and the pause is still the current one, once
+   * the silence is `turnCompleteMinSilenceSecs` long (smart-turn alone does not tell a pause in the middle of a
+   * sentence from its end well enough: see settings.js). When it comes while voice is heard again (not yet long
+   * enough to resume), it waits for the next silent frame: the speaker may be going on, and smart-turn only heard
+   * what came before.
    */
   turnResult(pauseId, probComplete) {
     if (this.state !== State.PAUSE || pauseId !== this.pauseId || probComplete < this.s.turnCompleteProb) return [];
-    if (this.voiced) {
+    if (this.voiced || this.lastSeen - this.lastVoicedEnd < this.s.turnCompleteMinSilenceSecs * this.rate) {
       this.completeAt = pauseId;
       return [];
     }
@@ -108,13 +115,17 @@ export class Endpointer {
     }
     const silentSecs = (end - this.lastVoicedEnd) / this.rate;
     if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover', end);
-    if (this.completeAt === this.pauseId && !this.voiced) return this.#endTurn('smart-turn', end);
+    if (this.completeAt === this.pauseId && !this.voiced && silentSecs >= this.s.turnCompleteMinSilenceSecs) {
+      return this.#endTurn('smart-turn', end);
+    }
     // The mark goes first: the listening worker runs smart-turn for a turn check before it reads on.
     const events = [];
     // Not on a voiced frame: it may be the start of the words that extend the command.
-    if (!this.silenceMarked && !this.voiced && silentSecs >= this.s.prefixCommandSilenceSecs) {
-      this.silenceMarked = true;
-      events.push({ type: 'command-silence', pauseId: this.pauseId, silence_s: silentSecs });
+    const marks = this.commandMarks;
+    while (!this.voiced && this.silenceMarks < marks.length && silentSecs >= marks[this.silenceMarks][1]) {
+      events.push({ type: 'command-silence', kind: marks[this.silenceMarks][0], pauseId: this.pauseId,
+        silence_s: silentSecs });
+      this.silenceMarks += 1;
     }
     if (!this.turnChecked && silentSecs >= this.s.turnCheckSecs) {
       this.turnChecked = true;

@@ -15,7 +15,7 @@
 //
 //   connecting ── welcome ──► open ── drop / server restart / no token ──► offline ── backoff ──► connecting
 //        │                     ├── idle close (4408) ──► closed {reason: 'idle'} ── wake (a turn to send) ──► connecting
-//        └── refused (4401, 4403, 4000, 4415) ────────────────────────► closed {reason: 'refused'}  (for good)
+//        └── refused (4401, 4403, 4000, 4415) ──► closed {reason: 'refused'}  (for good)
 //   close() from any state ──► closed {reason: 'stopped'}
 
 export const PROTOCOL_VERSION = 1;
@@ -102,7 +102,6 @@ function opusFrame(packet, turnId) {
  *   onState?: (state: LinkState, detail: {reason?: string, retry_ms?: number}) => void,
  * }} LinkHandlers
  * @typedef {'connecting'|'open'|'offline'|'closed'} LinkState
-
  */
 
 export class BackendLink {

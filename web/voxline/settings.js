@@ -23,11 +23,20 @@ export const DEFAULTS = Object.freeze({
   /** smart-turn in a worker of its own, so the voice detector reads on while it runs (off: in the listening
    * worker, which then stops for each run: the design before, for side-by-side benchmarks). */
   turnWorker: true,
-  /** smart-turn's P(complete) above which the turn ends at once (it is only trusted when confident). */
+  /** smart-turn's P(complete) above which the turn ends (it is only trusted when confident). */
   turnCompleteProb: 0.7,
+  /** Silence before smart-turn may end a turn, whatever it says: people pause 150-500 ms in the middle of a
+   * sentence, and smart-turn calls most such pauses complete (it did for 64 % of those in recorded prompts of a
+   * human speaker and 83 % of those between synthetic phrases, at 0.7; `voxline bench cutoffs`). */
+  turnCompleteMinSilenceSecs: 0.5,
+  /** Silence after which a complete command that nothing longer could extend acts (its decode, started at the
+   * pause, takes about as long): a pause between words or phrases is usually shorter, and the speaker who goes on
+   * after it is heard before anything acts. */
+  commandSilenceSecs: 0.35,
   /** Silence after which a complete command that could still go on ("turn the volume down" … "to 30", "stop" …
-   * "the timer") acts without waiting for smart-turn: what would extend it usually follows sooner. */
-  prefixCommandSilenceSecs: 0.3,
+   * "the timer") acts without waiting for the hangover: longer than the pauses people make inside a sentence
+   * (150-500 ms), since what would extend the command is exactly what follows such a pause. */
+  prefixCommandSilenceSecs: 0.55,
   /** Silence that ends a turn whatever smart-turn says (pipecat's default stop_secs is 0.8). */
   hangoverSecs: 0.7,
   /** A turn never runs longer than this; the ASR window is 30 s. */
@@ -67,8 +76,6 @@ export const DEFAULTS = Object.freeze({
   commandPromptBelowConfidence: 0.7,
   /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. */
   commandMinConfidence: 0.5,
-  /** Partial-transcript confidence above which a complete command is dispatched while the user still speaks. */
-  earlyIntentMinConfidence: 0.75,
   /** Confidence from which the decode at a pause (all the speech so far, with the grammar's help) acts on a complete
    * command that nothing longer could extend, without waiting for the turn to end (grammar-aware endpointing); a
    * prefix ("turn the volume") or a question waits for smart-turn or the hangover. */

@@ -10,8 +10,9 @@
 //
 // Intents: a final transcript confident enough is looked up in the IndexedDB cache (synchronous, no network),
 // then in the Python grammar engine (Pyodide worker). Grammar-aware endpointing: the pause's decode that reads a
-// complete command, one nothing longer could extend, acts at once without waiting for the turn to end
-// (`pauseIntentMinConfidence`); so does a confident partial while the user speaks (`earlyIntentMinConfidence`).
+// command acts without waiting for the turn to end (`pauseIntentMinConfidence`), once the silence is as long as
+// its kind waits for (`commandSilenceSecs`, `prefixCommandSilenceSecs`); a partial, heard while the user still
+// speaks, never acts.
 // Anything else goes to the server, with the turn's Opus audio when the transcript is not confident; the spoken
 // reply streams back and plays as it arrives, and speech during playback stops it at once (barge-in) and tells the
 // server how much was heard.
@@ -26,7 +27,7 @@ import { EVENTS, Emitter } from './events.js';
 import { IntentResolver, isCompleteCommand } from './intents.js';
 import { normalize } from './normalize.js';
 import { BackendLink } from './link.js';
-import { fetchManifest, loadModels, ModelLoadError } from './loader.js';
+import { fetchManifest, LoadLedger, loadModels, loadRuntimeFile, ModelLoadError } from './loader.js';
 import { ReplyPlayer } from './player.js';
 import { resolveSettings } from './settings.js';
 import { TurnTimings } from './timings.js';
@@ -78,10 +79,9 @@ export class Voxline {
     /** @type {Set<number>} server turns barged in on before their reply ended: their late audio is not played */
     this.silenced = new Set();
     this.turn = null;
-    /** @type {Map<number, object>} decode request id → the turn it belongs to */
+    /** @type {Map<number, {turn: object, requestedAt: number}>} decode request id → the turn it belongs to, and
+     * when it was asked for (capture clock, s) */
     this.decodes = new Map();
-    /** @type {Map<number, number>} decode request id → when it was asked for (capture clock, s) */
-    this.requestedAt = new Map();
     /** @type {Map<number, object>} partial decode id → the turn whose pause it was promoted for, until answered */
     this.promotions = new Map();
     this.requestId = 0;
@@ -93,7 +93,6 @@ export class Voxline {
     const started = performance.now();
     try {
       // Bytes per file, and whether they came from Cache Storage or the network: reported in `voxline:ready`.
-      const { LoadLedger, loadRuntimeFile } = await import('./loader.js');
       const ledger = new LoadLedger();
       // The engine (Pyodide) starts after `ready`: its start-up would slow the speech models' loading, and the
       // cache answers without it meanwhile.
@@ -216,8 +215,7 @@ export class Voxline {
   /** Ask the ASR worker for a decode of [start, end); the answer comes back to `turn` by request id. */
   #decode(turn, start, end, final) {
     const id = ++this.requestId;
-    this.decodes.set(id, turn);
-    this.requestedAt.set(id, this.capture.audioTime);
+    this.decodes.set(id, { turn, requestedAt: this.capture.audioTime });
     this.asrWorker.postMessage({ type: 'decode', id, start, end, final,
       sentAtEpochMs: performance.timeOrigin + performance.now() });
     return id;
@@ -249,19 +247,19 @@ export class Voxline {
       // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
       const partial = turn.partial;
       if (this.settings.promotePartials && partial && partial.end >= ev.end) {
-        turn.final = { end: ev.end, pauseId: ev.pauseId, id: partial.id, promoted: true };
+        turn.final = { end: ev.end, pauseId: ev.pauseId, id: partial.id, promoted: true, silent: new Set() };
         this.promotions.set(partial.id, turn);
         this.asrWorker.postMessage({ type: 'promote', id: partial.id });
       } else {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true) };
+        turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true), silent: new Set() };
       }
     } else if (ev.type === 'command-silence') {
-      // Long enough a silence for a complete command that could have gone on: it acts now.
+      // Long enough a silence for a command of this kind: one the pause's decode read acts now.
       if (turn.final?.pauseId !== ev.pauseId) return;
-      turn.final.silenceMarked = true;
+      turn.final.silent.add(ev.kind);
       const waiting = turn.final.waitingCommand;
-      if (waiting && !turn.dispatched) this.#dispatchCommand(turn, waiting);
+      if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#dispatchCommand(turn, waiting);
     } else if (ev.type === 'resume') {
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
       if (turn.final?.promoted) turn.partial = null;
@@ -304,16 +302,13 @@ export class Voxline {
     }
     if (msg.type === 'promoted') return this.#promoted(msg);
     if (msg.type !== 'transcript') return;
-    const turn = this.decodes.get(msg.id);
+    const { turn, requestedAt } = this.decodes.get(msg.id) ?? {};
     this.decodes.delete(msg.id);
-    const requestedAt = this.requestedAt.get(msg.id);
-    this.requestedAt.delete(msg.id);
     if (!turn) return;
     if (turn.partial?.id === msg.id) turn.partial = null;
     if (!msg.final) {
       if (turn === this.turn && !turn.final && msg.text) {
         this.events.emit(EVENTS.transcript, { text: msg.text, final: false, confidence: msg.confidence });
-        this.#earlyIntent(turn, msg, this.settings.earlyIntentMinConfidence);
       }
       return;
     }
@@ -323,7 +318,7 @@ export class Voxline {
     if (turn.ended) this.#finish(turn);
     // The pause's decode has all the speech so far, read with the grammar's help: a complete command in it need
     // not wait for the turn's end.
-    else if (msg.text) this.#earlyIntent(turn, msg, this.settings.pauseIntentMinConfidence);
+    else if (msg.text) this.#earlyIntent(turn, msg);
   }
 
   /** The worker's answer to `promote`: a partial that finished (or was dropped) first needs a decode of its own. */
@@ -374,32 +369,32 @@ export class Voxline {
   }
 
   /**
-   * Semantic endpointing: a decode of an unfinished turn (a partial, or the pause's decode) that reads a complete
-   * command acts before the turn is over, when its confidence reaches `gate`. A command learned from the server
-   * acts on the same words at a pause (the server saw them as a whole turn); the grammar's commands must also be
-   * ones that nothing longer could extend ("turn the volume" waits).
+   * Grammar-aware endpointing: the pause's decode (all the speech so far, read with the grammar's help) that reads
+   * a command acts before the turn is over, when its confidence reaches `pauseIntentMinConfidence` and the detector
+   * has heard the silence its kind waits for (`command-silence`): a complete command that nothing longer could
+   * extend `commandSilenceSecs`, one that could go on ("turn the volume down" … "to 30") `prefixCommandSilenceSecs`.
+   * A command learned from the server counts as complete (the server saw the same words as a whole turn). A
+   * partial, taken while the user still speaks, never acts: that would act on part of what was said.
    */
-  async #earlyIntent(turn, decoded, gate) {
-    if (!this.intents || turn.dispatched) return;
-    const stale = () => turn.ended || (turn.final && turn.final.id !== decoded.id) || (!turn.final && decoded.final);
-    const learned = decoded.final && decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
-    if (learned) return this.#dispatch(turn, 'cache', decoded.text, decoded.confidence, learned, { early: true });
+  async #earlyIntent(turn, decoded) {
+    const gate = this.settings.pauseIntentMinConfidence;
+    if (!this.intents || turn.dispatched || !decoded.final) return;
+    const stale = () => turn.ended || turn.final?.id !== decoded.id;
+    const learned = decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
     const { text, confidence } = this.#commandText(decoded, gate);
-    if (confidence < gate) return;
-    const result = await this.intents.recognize(text).catch(() => null);
-    // stale: a partial overtaken by the pause's decode, a pause the speaker talked over, a turn the final decides
-    if (turn.dispatched || stale() || !result?.match) return;
-    const command = { text, confidence, match: result.match };
-    if (isCompleteCommand(result)) return this.#dispatchCommand(turn, command);
-    // A command that could go on ("turn the volume down" … "to 30"): after `prefixCommandSilenceSecs` of silence.
-    if (!decoded.final) return;
-    if (turn.final.silenceMarked) this.#dispatchCommand(turn, command);
+    const result = learned || confidence < gate ? null : await this.intents.recognize(text).catch(() => null);
+    // stale: a pause the speaker talked over, a turn the final decides
+    if (turn.dispatched || stale() || !(learned || result?.match)) return;
+    const command = learned
+      ? { text: decoded.text, confidence: decoded.confidence, match: learned, kind: 'complete', learned: true }
+      : { text, confidence, match: result.match, kind: isCompleteCommand(result) ? 'complete' : 'prefix' };
+    if (turn.final.silent.has(command.kind)) this.#dispatchCommand(turn, command);
     else turn.final.waitingCommand = command;
   }
 
   /** An early command: from the cache when its words were learned, else the grammar's match (learned now). */
-  #dispatchCommand(turn, { text, confidence, match }) {
-    const cached = this.intents.peek(text);
+  #dispatchCommand(turn, { text, confidence, match, learned }) {
+    const cached = learned ? match : this.intents.peek(text);
     this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, cached ?? match, { early: true });
     if (!cached) this.intents.remember(text, match, 'local');
   }

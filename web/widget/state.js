@@ -6,8 +6,8 @@
 //                          └──── press ───────┘  └── intent / reply done / nothing came (settle) ─┘ reply-audio last
 //
 // `offline` is not a phase but a flag: the server cannot be reached (`voxline:link` offline, or refused), yet local
-// commands still work, so the button keeps listening and only looks different. `error` is the one phase that needs the user
-// (models could not load, the microphone was refused).
+// commands still work, so the button keeps listening and only looks different. `error` is the one phase that needs
+// the user (models could not load, the microphone was refused).
 
 /** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
 /** @typedef {Phase|'offline'} ShownState what the button shows: a phase, or `offline` while idle or listening */

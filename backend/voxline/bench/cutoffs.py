@@ -220,6 +220,9 @@ def score(utterance: Utterance, start_s: float, end_s: float, until_s: float, ev
         "turns": sum(e["name"] == "speech-start" for e in own),
         "eos_to_turn_over_ms": round(1000 * (over["audio_t"] - end_s), 1) if over else None,
         "turn_over_reason": over.get("reason") if over else None,
+        # smart-turn's last answer before the turn was over, and how long its run took (diagnostics)
+        "turn_prob": over.get("turn_prob") if over else None,
+        "turn_check_ms": over.get("turn_check_ms") if over else None,
         "heard": " | ".join(e["text"] for e in own if e["name"] == "transcript" and e.get("final")
                             and e.get("source") != "server") or None,
     }

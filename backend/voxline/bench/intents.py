@@ -26,8 +26,7 @@ COMMANDS = [
 ]
 CONFIGS = {
     "voxline": "",
-    "fixed-800ms-baseline": "&vx.hangoverSecs=0.8&vx.turnCompleteProb=2&vx.earlyIntentMinConfidence=2"
-                            "&vx.pauseIntentMinConfidence=2",
+    "fixed-800ms-baseline": "&vx.hangoverSecs=0.8&vx.turnCompleteProb=2&vx.pauseIntentMinConfidence=2",
 }
 ENGINE_START_S = 14.0  # lead silence: Pyodide starts while the fake microphone plays it
 
