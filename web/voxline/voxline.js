@@ -35,6 +35,12 @@ import { spawnWorker } from './workers.js';
 
 const FRAME = 512;
 
+/** Whether two intents' slots are the same values (key order aside). */
+function sameSlots(a = {}, b = {}) {
+  const keys = Object.keys(a);
+  return keys.length === Object.keys(b).length && keys.every((k) => JSON.stringify(a[k]) === JSON.stringify(b[k]));
+}
+
 function whenReady(worker, name) {
   return new Promise((resolve, reject) => {
     const onMessage = (event) => {
@@ -261,6 +267,7 @@ export class Voxline {
       const waiting = turn.final.waitingCommand;
       if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#dispatchCommand(turn, waiting);
     } else if (ev.type === 'resume') {
+      if (turn.dispatched) turn.wentOn = true; // the speaker went on after a command acted: see #amend
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
       if (turn.final?.promoted) turn.partial = null;
       turn.final = null;
@@ -346,10 +353,30 @@ export class Voxline {
         requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
     if (!turn.dispatched) this.#finalIntent(turn, result);
+    else if (turn.wentOn) this.#amend(turn, result);
+  }
+
+  /**
+   * A command acted on at a pause, after which the speaker went on: when the whole turn is a local command that
+   * says something else ("turn the volume down" … "to thirty percent"), that acts too, as an intent with
+   * `amends` (the intent and slots it corrects), so the host ends where the user meant. Anything else the
+   * speaker added (a new question) is not acted on: the turn already had its answer.
+   */
+  async #amend(turn, decoded) {
+    const { text, confidence } = this.#commandText(decoded, this.settings.localIntentMinConfidence);
+    if (!this.intents || confidence < this.settings.localIntentMinConfidence) return;
+    const cached = this.intents.peek(text);
+    const result = cached ? null : await this.intents.recognize(text).catch(() => null);
+    const match = cached ?? (isCompleteCommand(result) ? result.match : null);
+    const acted = turn.acted;
+    if (!match || (match.intent === acted.intent && sameSlots(match.slots, acted.slots))) return;
+    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, match, { amends: acted });
+    if (!cached) this.intents.remember(text, match, 'local');
   }
 
   #dispatch(turn, source, text, confidence, intent, extra = {}) {
     turn.dispatched = true;
+    turn.acted = { intent: intent.intent, slots: intent.slots ?? {} };
     this.events.emit(EVENTS.intent, {
       intent: intent.intent, slots: intent.slots ?? {}, source, text, confidence,
       confirmation: intent.confirmation ?? null, ...extra,
