@@ -258,7 +258,8 @@ export class Voxline {
         this.asrWorker.postMessage({ type: 'promote', id: partial.id });
       } else {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        turn.final = { end: ev.end, pauseId: ev.pauseId, id: this.#decode(turn, ev.start, end, true), silent: new Set() };
+        const id = this.#decode(turn, ev.start, end, true);
+        turn.final = { end: ev.end, pauseId: ev.pauseId, id, silent: new Set() };
       }
     } else if (ev.type === 'command-silence') {
       // Long enough a silence for a command of this kind: one the pause's decode read acts now.
