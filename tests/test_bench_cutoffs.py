@@ -108,3 +108,11 @@ def test_figures_count_cuts_by_kind_and_by_the_longest_pause():
     assert f["cut_rate_by_longest_pause"] == {"350ms": 0.5}
     assert f["eos_to_turn_over_ms"]["n"] == 2
     assert f["turn_over_reasons"] == {"hangover": 2, "None": 1}
+
+
+def test_the_command_line_reaches_the_benchmark_with_its_defaults():
+    from voxline.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "cutoffs", "--baseline-query", "&vx.commandSilenceSecs=0"])
+    assert (args.set, args.recorded, args.limit, args.baseline_query) == (None, 48, None, "&vx.commandSilenceSecs=0")
+    assert args.func.__name__ == "_cmd_bench" and args.bench_command == "cutoffs"
