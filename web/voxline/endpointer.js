@@ -47,7 +47,7 @@ export class Endpointer {
     this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
     this.turnChecked = false;
     this.silenceMarks = 0; // how many of the command-silence marks this pause has had
-    this.completeAt = 0; // a pause smart-turn called complete while voice was heard again
+    this.completeAt = 0; // a pause smart-turn called complete too soon (voice heard again, or not silent enough)
   }
 
   /**

@@ -27,7 +27,7 @@ export const DEFAULTS = Object.freeze({
   turnCompleteProb: 0.7,
   /** Silence before smart-turn may end a turn, whatever it says: people pause 150-500 ms in the middle of a
    * sentence, and smart-turn calls most such pauses complete (it did for 64 % of those in recorded prompts of a
-   * human speaker and 83 % of those between synthetic phrases, at 0.7; `voxline bench cutoffs`). */
+   * human speaker and 83 % of those between synthetic phrases, at 0.7: README, "Where a turn ends"). */
   turnCompleteMinSilenceSecs: 0.5,
   /** Silence after which a complete command that nothing longer could extend acts (its decode, started at the
    * pause, takes about as long): a pause between words or phrases is usually shorter, and the speaker who goes on
@@ -76,9 +76,9 @@ export const DEFAULTS = Object.freeze({
   commandPromptBelowConfidence: 0.7,
   /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. */
   commandMinConfidence: 0.5,
-  /** Confidence from which the decode at a pause (all the speech so far, with the grammar's help) acts on a complete
-   * command that nothing longer could extend, without waiting for the turn to end (grammar-aware endpointing); a
-   * prefix ("turn the volume") or a question waits for smart-turn or the hangover. */
+  /** Confidence from which the decode at a pause (all the speech so far, with the grammar's help) acts on a command
+   * without waiting for the turn to end, once the silence its kind waits for has passed (grammar-aware
+   * endpointing: `commandSilenceSecs`, `prefixCommandSilenceSecs`); a question waits for the end of the turn. */
   pauseIntentMinConfidence: 0.5,
   /** At a pause, a partial decode still running that already has all the speech becomes the final one, instead
    * of a new decode queued behind it (off: the previous design, for side-by-side benchmarks). */
