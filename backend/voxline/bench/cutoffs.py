@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from voxline.bench import audio as test_audio
+from voxline.bench.intents import limit_items
 from voxline.bench.spoken import VOICES, Config, Page, render_cache_dir, render_voice, run_pages
 from voxline.bench.stats import ratio, summary
 
@@ -172,8 +173,7 @@ def recorded_utterances(count: int = RECORDED_COUNT, cache: Path | None = None) 
     prompts = [(name, text) for name, text in single_sentences(
         gzip.decompress((folder / "transcripts.txt.gz").read_bytes()).decode("utf-8", "replace"))
         if (folder / "sounds" / f"{name}.wav").exists()]
-    if count < len(prompts):
-        prompts = [prompts[i * len(prompts) // count] for i in range(count)]
+    prompts = limit_items(prompts, count)
     out = []
     for name, text in prompts:
         with wave.open(str(folder / "sounds" / f"{name}.wav")) as w:
@@ -280,7 +280,7 @@ def run(path: Path | None, *, voices: list[str], recorded: int, baseline_query: 
     path = path or DEFAULT_SET
     lines = load_pause_set(path)
     if limit is not None:
-        lines = [lines[i * len(lines) // limit] for i in range(min(limit, len(lines)))]
+        lines = limit_items(lines, limit)
         recorded = min(recorded, limit)
     utterances = synthetic_utterances(lines, voices) + (recorded_utterances(recorded) if recorded else [])
     configs = [Config("voxline")] + ([Config("baseline", query=baseline_query)] if baseline_query is not None else [])

@@ -192,7 +192,7 @@ def load_set(path: Path) -> list[SetItem]:
     return items
 
 
-def limit_items(items: list[SetItem], limit: int | None) -> list[SetItem]:
+def limit_items(items: list, limit: int | None) -> list:
     """`limit` items spread evenly over the file (which is grouped by intent and kind), so every part is sampled."""
     if limit is None or limit >= len(items):
         return list(items)
