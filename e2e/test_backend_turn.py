@@ -64,6 +64,11 @@ def test_a_spoken_question_gets_a_spoken_reply(open_voxline, tmp_path):
     assert abs(stages["speech_end"] - question.end_s) < 0.3, (stages, question)
     assert stages["first_audio"] == audio[0]["audio_t"]
     assert timings["timings"]["stages"]["tts"] > 0 and timings["timings"]["first_audio_sent_ms"] > 0, timings
+    # The exchange, as `voxline:turn` reports it to hosts: idle once the reply's last sample has played.
+    states = [(e["state"], e.get("outcome")) for e in vx.events("turn")]
+    assert states[-4:] == [("deciding", None), ("server-pending", None), ("replying", None), ("idle", "reply")], states
+    (played,) = [e for e in vx.events("reply-audio") if e.get("last")]
+    assert vx.events("turn")[-1]["audio_t"] >= played["audio_t"]
     # The demo page draws it: one waterfall row, with the server's stages in it.
     row = vx.page.locator("#timings > li")
     assert row.count() == 1
@@ -108,6 +113,9 @@ def test_speaking_over_the_reply_stops_it(open_voxline, tmp_path, voxline_server
         assert done["text"] == kept
     if session.last_turn.turn_id == 1:  # "stop" was resolved on the device: the story's clauses are still there
         assert kept == heard_text(session.last_turn.clauses, barge_ins[0]["played_ms"])
+    # One transition back to hearing, naming the reply spoken over.
+    assert any(e["state"] == "hearing" and e.get("interrupted") == 1 and abs(e["audio_t"] - barge["audio_t"]) < 0.1
+               for e in vx.events("turn")), timeline
     # "stop" itself is the stop command, resolved on the device or by the server.
     assert any(i["intent"] == "assistant.stop" for i in vx.events("intent")), timeline
     (timings,) = [t for t in vx.events("timings") if t.get("server_turn_id") == 1]

@@ -50,6 +50,9 @@ def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_v
         # never before all the words were heard: a command acts after a silence (capture clock), not on a partial
         assert intent["audio_t"] > truth.end_s, vx.timeline()
     assert requests == [], "local intents must not touch the network"
+    # Each exchange is over when its command acts: `voxline:turn` idle (local), once per utterance.
+    ends = [e.get("outcome") for e in vx.events("turn") if e["state"] == "idle"]
+    assert ends == ["local"] * 3, vx.timeline()
     if not ws_down:
         assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"
 

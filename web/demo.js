@@ -63,6 +63,12 @@ document.addEventListener(EVENTS.replyAudio, (e) => {
   if (!e.detail.last) setState('speaking', 'Answering…');
   else if ($('state').dataset.state === 'speaking') setState('listening', 'Listening'); // not over "Hearing you…"
 });
+document.addEventListener(EVENTS.turn, (e) => {
+  // An utterance with nothing intelligible in it ends here: no transcript or answer would end "Recognising…".
+  if (e.detail.state === 'idle' && e.detail.outcome === 'nothing' && $('state').dataset.state === 'thinking') {
+    setState('listening', 'Listening');
+  }
+});
 document.addEventListener(EVENTS.timings, (e) => drawTimings(e.detail));
 /** Errors after which nothing works until the user acts (reload, allow the microphone); any error before
  * `voxline:ready` is one too. The others leave Voxline working with less (no learned commands, no grammar help, one

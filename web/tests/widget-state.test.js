@@ -12,45 +12,60 @@ function run(...inputs) {
 }
 
 const ev = (name, detail = {}) => ({ type: `voxline:${name}`, detail });
+const turn = (state, detail = {}) => ev('turn', { state, ...detail });
 
 test('a local command: loading, idle, listening, thinking, back to listening', () => {
-  assert.deepEqual(run('voxline:ready', 'listen', ev('speech-start'), ev('speech-end'),
-    ev('transcript', { text: 'pause the music', final: true }), ev('intent', { intent: 'media.pause', source: 'local' })),
-  ['idle', 'listening', 'listening', 'thinking', 'thinking', 'listening']);
+  assert.deepEqual(run('voxline:ready', 'listen', ev('speech-start'), turn('hearing'), ev('speech-end'), turn('deciding'),
+    ev('transcript', { text: 'pause the music', final: true }), ev('intent', { intent: 'media.pause', source: 'local' }),
+    turn('idle', { outcome: 'local' })),
+  ['idle', 'listening', 'listening', 'listening', 'listening', 'thinking', 'thinking', 'thinking', 'listening']);
 });
 
-test('a question: thinking while the text streams, speaking until the audio has played', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply', { text: 'The', final: false }),
-    ev('reply-audio', { first: true }), ev('reply', { text: 'The capital.', final: true, audioPending: true }),
-    ev('reply-audio', { last: true, played_ms: 1500 }));
-  assert.deepEqual(shown, ['idle', 'listening', 'thinking', 'thinking', 'speaking', 'speaking', 'listening']);
+test('a command acted at a pause never shows thinking: the turn goes from hearing to idle', () => {
+  const shown = run('voxline:ready', 'listen', turn('hearing'), ev('intent', { intent: 'media.pause', source: 'local' }),
+    ev('speech-end'), turn('idle', { outcome: 'local' }));
+  assert.deepEqual(shown.slice(2), ['listening', 'listening', 'listening', 'listening']);
 });
 
-test('reply text may finish before its first sample plays', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply', { text: 'Hi.', final: true, audioPending: true }),
-    ev('reply-audio', { first: true }), ev('reply-audio', { last: true, played_ms: 400 }));
-  assert.deepEqual(shown, ['idle', 'listening', 'thinking', 'speaking', 'speaking', 'listening']);
-});
-
-test('a server command with a confirmation is spoken before the turn is over', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'),
-    ev('intent', { intent: 'media.volume_set', source: 'server', confirmation: 'Volume 30.' }), ev('reply-audio', { first: true }));
-  assert.deepEqual(shown.slice(-2), ['thinking', 'speaking']);
+test('a question: thinking while the server answers, speaking while its audio plays, listening once it has', () => {
+  const shown = run('voxline:ready', 'listen', turn('hearing'), turn('deciding'), turn('server-pending'),
+    ev('reply', { text: 'The', final: false }), turn('replying'), ev('reply', { text: 'The capital.', final: true }),
+    ev('reply-audio', { last: true, played_ms: 1500 }), turn('idle', { outcome: 'reply' }));
+  assert.deepEqual(shown.slice(2),
+    ['listening', 'thinking', 'thinking', 'thinking', 'speaking', 'speaking', 'speaking', 'listening']);
 });
 
 test('speech over a reply goes back to listening (barge-in)', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply-audio', { first: true }), ev('speech-start'));
+  const shown = run('voxline:ready', 'listen', turn('deciding'), turn('server-pending'), turn('replying'),
+    turn('hearing', { interrupted: 4 }));
   assert.equal(shown.at(-1), 'listening');
 });
 
-test('an unintelligible turn settles back to listening', () => {
-  assert.deepEqual(run('voxline:ready', 'listen', ev('speech-end'), 'settle').slice(-2), ['thinking', 'listening']);
+test('an unintelligible turn is over when Voxline says so: no timer', () => {
+  assert.deepEqual(run('voxline:ready', 'listen', turn('deciding'), turn('idle', { outcome: 'nothing' })).slice(-2),
+    ['thinking', 'listening']);
 });
 
 test('the server unreachable is offline, not an error, and clears when it answers again', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('error', { code: 'backend_unreachable' }),
-    ev('speech-end'), ev('intent', { intent: 'media.pause', source: 'local' }), ev('link', { state: 'connecting' }), ev('link', { state: 'open' }));
-  assert.deepEqual(shown.slice(2), ['thinking', 'offline', 'thinking', 'offline', 'offline', 'listening']);
+  const shown = run('voxline:ready', 'listen', turn('deciding'), ev('error', { code: 'backend_unreachable' }),
+    turn('idle', { outcome: 'unreachable' }), turn('deciding'), ev('intent', { intent: 'media.pause', source: 'local' }),
+    turn('idle', { outcome: 'local' }), ev('link', { state: 'connecting' }), ev('link', { state: 'open' }));
+  assert.deepEqual(shown.slice(2), ['thinking', 'offline', 'offline', 'thinking', 'thinking', 'offline', 'offline',
+    'listening']);
+});
+
+test('a server answer clears offline', () => {
+  const offline = [ev('error', { code: 'backend_unreachable' })];
+  assert.equal(run('voxline:ready', 'listen', ...offline, ev('intent', { source: 'server', intent: 'x' })).at(-1),
+    'listening');
+  assert.equal(run('voxline:ready', 'listen', ...offline, ev('intent', { source: 'local', intent: 'x' })).at(-1),
+    'offline');
+  assert.equal(run('voxline:ready', 'listen', ...offline, ev('reply', { text: 'Hi', final: false })).at(-1), 'listening');
+});
+
+test('the microphone stopped mid-sentence: its turn does not leave the button thinking', () => {
+  const shown = run('voxline:ready', 'listen', turn('hearing'), 'stop', turn('deciding'), turn('idle', { outcome: 'nothing' }));
+  assert.deepEqual(shown.slice(2), ['listening', 'idle', 'idle', 'idle']);
 });
 
 test('the link: offline while it reconnects or when refused; an idle close or a connection attempt changes nothing', () => {
@@ -70,7 +85,7 @@ test('a refused microphone is an error until the user tries again', () => {
 
 test('models that fail to load are an error; a failed turn is not', () => {
   assert.equal(run(ev('error', { code: 'model_download_failed' })).at(-1), 'error');
-  assert.equal(run('voxline:ready', 'listen', ev('speech-end'), ev('error', { code: 'llm_failed', turn_id: 3 })).at(-1), 'thinking');
+  assert.equal(run('voxline:ready', 'listen', turn('server-pending'), ev('error', { code: 'llm_failed', turn_id: 3 })).at(-1), 'thinking');
 });
 
 test('a press while loading listens once the models are ready', () => {
@@ -79,7 +94,7 @@ test('a press while loading listens once the models are ready', () => {
 });
 
 test('stop closes the microphone whatever the phase', () => {
-  const status = [{ type: 'voxline:ready' }, { type: 'listen' }, ev('speech-end'), { type: 'stop' }]
+  const status = [{ type: 'voxline:ready' }, { type: 'listen' }, turn('server-pending'), { type: 'stop' }]
     .reduce(nextStatus, INITIAL_STATUS);
   assert.equal(status.listening, false);
   assert.equal(shownState(status), 'idle');
@@ -91,28 +106,3 @@ test('statuses are never mutated', () => {
   assert.deepEqual(INITIAL_STATUS, before);
 });
 
-test('a command dispatched before the end of speech does not leave the button thinking', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-start'), ev('intent', { intent: 'media.pause', source: 'local', early: true }),
-    ev('speech-end'), ev('transcript', { text: 'pause the music', final: true }));
-  assert.deepEqual(shown.slice(2), ['listening', 'listening', 'listening', 'listening']);
-  const next = run('voxline:ready', 'listen', ev('speech-start'), ev('intent', { intent: 'media.pause', source: 'local' }),
-    ev('speech-start'), ev('speech-end'));
-  assert.equal(next.at(-1), 'thinking'); // the next utterance is a new question
-});
-
-test('reply-audio last (played out) ends speaking, like played', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply-audio', { first: true }),
-    ev('reply', { text: 'Hi.', final: true, audioPending: true }), ev('reply-audio', { last: true, played_ms: 900 }));
-  assert.deepEqual(shown.slice(2), ['thinking', 'speaking', 'speaking', 'listening']);
-});
-
-test('reply-audio last after a barge-in never brings speaking back', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply-audio', { first: true }), ev('speech-start'),
-    ev('reply-audio', { last: true, interrupted: true, played_ms: 1200 }));
-  assert.deepEqual(shown.slice(3), ['speaking', 'listening', 'listening']);
-});
-
-test('reply-audio last while thinking about the next turn leaves it thinking', () => {
-  const shown = run('voxline:ready', 'listen', ev('speech-end'), ev('reply-audio', { last: true, played_ms: 0 }));
-  assert.equal(shown.at(-1), 'thinking');
-});

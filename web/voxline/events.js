@@ -12,6 +12,9 @@ export const EVENTS = Object.freeze({
   replyAudio: 'voxline:reply-audio',
   timings: 'voxline:timings',
   link: 'voxline:link',
+  /** Where the exchange stands (turn.js): `state` hearing, deciding, server-pending, replying or idle (with
+   * `outcome`: local, reply, interrupted, nothing, unreachable); `interrupted` names a reply spoken over. */
+  turn: 'voxline:turn',
   error: 'voxline:error',
 });
 

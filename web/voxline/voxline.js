@@ -31,6 +31,7 @@ import { fetchManifest, LoadLedger, loadModels, loadRuntimeFile, ModelLoadError 
 import { ReplyPlayer } from './player.js';
 import { resolveSettings } from './settings.js';
 import { TurnTimings } from './timings.js';
+import { TurnMachine } from './turn.js';
 import { spawnWorker } from './workers.js';
 
 const FRAME = 512;
@@ -70,8 +71,8 @@ export class Voxline {
     this.token = options.token ?? null;
     /** @type {Map<number, {text: string, reheard: boolean}>} server turn id → the transcript this page sent */
     this.sentTurns = new Map();
-    /** @type {Map<number, {text: string, audio: boolean}>} server turn id → reply state */
-    this.replies = new Map();
+    /** Where the exchange stands, which server turn is unfinished, which replies play (turn.js). */
+    this.exchange = new TurnMachine();
     /** @type {((msg: object) => void)[]} waiting for the Opus packets of the turn that just ended */
     this.turnAudioWaiters = [];
     this.settings = resolveSettings(options.settings);
@@ -82,8 +83,6 @@ export class Voxline {
     // Per-turn timings: built from the page's own events (and three facts of the link), one `voxline:timings` each.
     this.turnTimings = new TurnTimings((record) => this.events.emit(EVENTS.timings, record));
     this.events.observe((name, detail) => this.turnTimings.observe(name, detail));
-    /** @type {Set<number>} server turns barged in on before their reply ended: their late audio is not played */
-    this.silenced = new Set();
     this.turn = null;
     /** @type {Map<number, {turn: object, requestedAt: number}>} decode request id → the turn it belongs to, and
      * when it was asked for (capture clock, s) */
@@ -243,9 +242,9 @@ export class Voxline {
     const rate = this.settings.sampleRate;
     const turn = this.turn;
     if (ev.type === 'speech-start') {
-      this.#bargeIn();
       this.turn = { start: ev.start, voicedAt: ev.voicedAt, final: null, result: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
+      this.#exchangeInput({ type: 'speech-start' }); // over a reply: barge-in
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
     } else if (!turn) {
       return;
@@ -284,6 +283,7 @@ export class Voxline {
         lag_s: (msg.written - ev.end) / rate - ev.silence_s,
         turn_prob: this.lastTurnCheck?.prob, turn_check_ms: this.lastTurnCheck?.ms,
       });
+      this.#exchangeInput({ type: 'speech-end' });
       if (turn.final?.end !== ev.end) {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
         turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
@@ -305,8 +305,12 @@ export class Voxline {
 
   #fromAsr(msg) {
     if (msg.type === 'error') {
+      const { turn } = this.decodes.get(msg.id) ?? {};
       this.decodes.delete(msg.id);
-      return this.#fail(msg.code, msg.message);
+      this.#fail(msg.code, msg.message);
+      // the decode the ended turn waited for: nothing to act on (its error said why)
+      if (turn?.ended && turn.final?.id === msg.id) this.#exchangeInput({ type: 'nothing' });
+      return;
     }
     if (msg.type === 'promoted') return this.#promoted(msg);
     if (msg.type !== 'transcript') return;
@@ -340,7 +344,7 @@ export class Voxline {
 
   #finish(turn) {
     const result = turn.result;
-    if (!result.text) return; // nothing intelligible: no transcript, nothing to act on
+    if (!result.text) return this.#exchangeInput({ type: 'nothing' }); // nothing intelligible: nothing to act on
     const rate = this.settings.sampleRate;
     this.events.emit(EVENTS.transcript, {
       text: result.text, final: true, confidence: result.confidence,
@@ -382,6 +386,7 @@ export class Voxline {
       intent: intent.intent, slots: intent.slots ?? {}, source, text, confidence,
       confirmation: intent.confirmation ?? null, ...extra,
     });
+    this.#exchangeInput({ type: 'command' });
   }
 
   /**
@@ -469,14 +474,19 @@ export class Voxline {
     this.player = new ReplyPlayer({
       sampleRate: REPLY_AUDIO_RATE,
       onFirstSample: (turnId) => this.events.emit(EVENTS.replyAudio, { first: true, turn_id: turnId }),
-      onFinished: ({ replyId, reason, playedMs }) => this.events.emit(EVENTS.replyAudio, {
-        last: true, turn_id: replyId, interrupted: reason === 'stopped', played_ms: Math.round(playedMs) }),
+      onFinished: ({ replyId, reason, playedMs }) => {
+        this.events.emit(EVENTS.replyAudio, {
+          last: true, turn_id: replyId, interrupted: reason === 'stopped', played_ms: Math.round(playedMs) });
+        this.#exchangeInput({ type: 'playback-ended', turnId: replyId });
+      },
     });
-    const replyOf = (turnId) => this.replies.get(turnId) ?? { text: '', audio: false };
     this.link = new BackendLink(this.serverUrl, {
       onStatus: (connected) => {
         this.backendConnected = connected;
-        if (!connected) this.#endServerTurns();
+        if (!connected) {
+          this.#exchangeInput({ type: 'link-down' });
+          this.turnTimings.linkDown();
+        }
       },
       onState: (state, detail) => this.events.emit(EVENTS.link, { state, ...detail }),
       onTranscript: (turnId, text, confidence) => {
@@ -489,29 +499,9 @@ export class Voxline {
         this.events.emit(EVENTS.intent, { ...match, source: 'server', text: msg.text, confidence: 1, turn_id: turnId });
         this.#learn(turnId, msg, match);
       },
-      onReplyDelta: (turnId, delta) => {
-        const reply = replyOf(turnId);
-        reply.text += delta;
-        this.replies.set(turnId, reply);
-        this.events.emit(EVENTS.reply, { text: reply.text, final: false, turn_id: turnId });
-      },
-      onReplyAudio: (turnId, samples) => {
-        if (this.silenced.has(turnId)) return; // sent before the server heard the barge-in
-        const reply = replyOf(turnId);
-        if (!reply.audio) this.player.begin(turnId);
-        reply.audio = true;
-        this.replies.set(turnId, reply);
-        this.player.push(turnId, samples);
-      },
-      onReplyDone: (turnId, text, interrupted) => {
-        const audio = replyOf(turnId).audio && !this.silenced.has(turnId);
-        if (audio) this.player.end(turnId);
-        this.replies.delete(turnId);
-        this.silenced.delete(turnId);
-        if (this.activeServerTurn === turnId) this.activeServerTurn = null;
-        this.events.emit(EVENTS.reply, { text, final: true, interrupted, turn_id: turnId });
-        this.turnTimings.replyDone(turnId, { interrupted, audioPending: audio && this.player.playing });
-      },
+      onReplyDelta: (turnId, text) => this.#exchangeInput({ type: 'reply-text', turnId, text }),
+      onReplyAudio: (turnId, samples) => this.#exchangeInput({ type: 'reply-audio', turnId }, samples),
+      onReplyDone: (turnId, text, interrupted) => this.#exchangeInput({ type: 'reply-done', turnId, text, interrupted }),
       onTimings: (turnId, timings) => {
         this.lastTimings = timings;
         this.turnTimings.serverTimings(turnId, timings);
@@ -525,35 +515,42 @@ export class Voxline {
   }
 
   /**
-   * The connection dropped: the turns it was answering are over, with what arrived of them. Audio already received
-   * still plays out; each turn gets its final `voxline:reply` (interrupted), and none is ever barged in on later.
+   * Feed the exchange's state machine (turn.js) and carry out what it says. `samples`: the reply audio of a
+   * `reply-audio` input.
+   * @param {import('./turn.js').TurnInput} input
+   * @returns {Promise<void>} settled once a barge-in it called for has been sent
    */
-  #endServerTurns() {
-    const turnIds = new Set(this.replies.keys());
-    if (this.activeServerTurn != null) turnIds.add(this.activeServerTurn);
-    for (const turnId of turnIds) {
-      const reply = this.replies.get(turnId);
-      if (reply?.audio) this.player.end(turnId);
-      this.events.emit(EVENTS.reply, { text: reply?.text ?? '', final: true, interrupted: true, turn_id: turnId });
+  #exchangeInput(input, samples = null) {
+    let bargedIn = Promise.resolve();
+    for (const effect of this.exchange.input({ t: this.capture.audioTime, ...input })) {
+      if (effect.type === 'phase') {
+        const { type, phase, turnId, ...detail } = effect;
+        this.events.emit(EVENTS.turn, { state: phase, ...detail, ...(turnId === undefined ? {} : { turn_id: turnId }) });
+      } else if (effect.type === 'barge-in') {
+        bargedIn = this.#bargeIn(effect.turnId);
+      } else if (effect.type === 'play') {
+        if (effect.begin) this.player.begin(effect.turnId);
+        this.player.push(effect.turnId, samples);
+      } else if (effect.type === 'end-playback') {
+        this.player.end(effect.turnId);
+      } else if (effect.type === 'reply') {
+        const { type, turnId, audioPending, ...detail } = effect;
+        this.events.emit(EVENTS.reply, { ...detail, turn_id: turnId });
+        if (detail.final) this.turnTimings.replyDone(turnId, { interrupted: detail.interrupted, audioPending });
+      }
     }
-    this.replies.clear();
-    this.silenced.clear();
-    this.activeServerTurn = null;
-    this.turnTimings.linkDown();
+    return bargedIn;
   }
 
   /**
-   * The user speaks over a reply: stop it now. Playing audio is stopped (`voxline:reply-audio {last: true,
-   * interrupted: true, played_ms}`), and `barge_in` says how much of it was heard; an unfinished reply not yet
-   * audible is cancelled with nothing heard, and its audio still in flight is never played. The server cancels
-   * generation if it is still running (its `reply.done` says interrupted) and keeps only what was heard in the
-   * dialog, whether or not it had finished the reply. Resolves once `barge_in` is sent, so a new turn never
-   * overtakes it.
+   * The user speaks over a reply (turn.js decided it): stop it now. Playing audio is stopped (`voxline:reply-audio
+   * {last: true, interrupted: true, played_ms}`), and `barge_in` says how much of it was heard; an unfinished reply
+   * not yet audible is cancelled with nothing heard. The server cancels generation if it is still running (its
+   * `reply.done` says interrupted) and keeps only what was heard in the dialog, whether or not it had finished the
+   * reply. Resolves once `barge_in` is sent, so a new turn never overtakes it.
+   * @param {number|null} turnId the unfinished server turn (null: only a reply's tail is playing)
    */
-  async #bargeIn() {
-    const turnId = this.activeServerTurn;
-    this.activeServerTurn = null;
-    if (turnId != null) this.silenced.add(turnId); // until its reply.done: no audio of it may start any more
+  async #bargeIn(turnId) {
     if (this.player?.playing) { // also the tail of a reply the server has finished sending
       const { replyId, playedMs } = await this.player.stop();
       const heardTurn = replyId ?? turnId; // null: playback had just ended, all of it was heard
@@ -579,6 +576,7 @@ export class Voxline {
   async #serverTurn(turn, text, confidence) {
     if (this.link?.dormant) await this.link.wake(); // closed for idling: back for this turn
     if (!this.link?.connected) {
+      this.#exchangeInput({ type: 'unreachable' });
       this.#fail('backend_unreachable', this.serverUrl
         ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'
         : 'No Voxline server is configured: only local commands work.');
@@ -586,9 +584,10 @@ export class Voxline {
     }
     const lowConfidence = confidence < this.settings.localIntentMinConfidence;
     const audio = lowConfidence ? await this.#turnAudio(turn) : null;
-    await this.#bargeIn(); // the protocol allows one unfinished turn at a time
-    this.activeServerTurn = this.link.sendTurn({ transcript: text, confidence, audio });
-    this.sentTurns.set(this.activeServerTurn, { text, reheard: false });
+    await this.#exchangeInput({ type: 'sending' }); // the protocol allows one unfinished turn at a time
+    const turnId = this.link.sendTurn({ transcript: text, confidence, audio });
+    this.#exchangeInput({ type: 'sent', turnId });
+    this.sentTurns.set(turnId, { text, reheard: false });
     for (const old of this.sentTurns.keys()) if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
   }
 }

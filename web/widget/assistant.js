@@ -20,10 +20,6 @@ import { useServerBase } from './core-url.js';
 import { INITIAL_STATUS, nextStatus, shownState } from './state.js';
 import { STYLES } from './styles.js';
 
-/** After the end of speech, how long to wait for anything at all: an unintelligible turn fires no event. */
-const SETTLE_AFTER_SPEECH_MS = 6000;
-/** After a transcript or some reply text, how long a server turn may stay silent before the button gives up. */
-const SETTLE_AFTER_TEXT_MS = 20000;
 /** How long `extendIntents` waits for the intent engine (Pyodide) to start. */
 const ENGINE_WAIT_MS = 60000;
 const DEFAULT_LABEL = 'Talk to the voice assistant';
@@ -83,7 +79,6 @@ export class VoxlineAssistant extends HTMLElement {
   #handlers = new Map();
   /** @type {object[][]} every extendIntents() call, applied again to each new Voxline instance */
   #extensions = [];
-  #settleTimer = 0;
   /** @type {Record<string, HTMLElement>} */
   #ui;
 
@@ -284,8 +279,6 @@ export class VoxlineAssistant extends HTMLElement {
     } else if (name === EVENTS.reply) {
       ui.answer.textContent = detail.text;
       if (detail.final) this.#announce(detail.text);
-      // The text can be complete before its audio has played, or even started: `played` ends the speaking state.
-      detail = { ...detail, audioPending: Boolean(this.#voxline?.player?.playing) };
     } else if (name === EVENTS.error) {
       ui.answer.textContent = detail.message;
       this.#announce(detail.message);
@@ -309,17 +302,7 @@ export class VoxlineAssistant extends HTMLElement {
   /** @param {import('./state.js').WidgetInput} input */
   #input(input) {
     this.#status = nextStatus(this.#status, input);
-    this.#schedule(input.type);
     this.#render(input.type);
-  }
-
-  /** A turn that produced nothing (no words, no answer) fires no event: thinking ends after a while anyway. */
-  #schedule(cause) {
-    clearTimeout(this.#settleTimer);
-    if (this.#status.phase === 'thinking') {
-      const wait = cause === EVENTS.speechEnd ? SETTLE_AFTER_SPEECH_MS : SETTLE_AFTER_TEXT_MS;
-      this.#settleTimer = setTimeout(() => this.#input({ type: 'settle' }), wait);
-    }
   }
 
   /** @param {string} [cause] the input that led here */

@@ -1,9 +1,11 @@
 // What the widget's mic button shows, as a pure function of the `voxline:*` events and the user's actions, so the
-// rules can be read (and tested) in one place:
+// rules can be read (and tested) in one place. The exchange's phase comes from `voxline:turn` (Voxline's own turn
+// state machine, voxline/turn.js), so the button never guesses with a timer:
 //
-//   loading ── ready ──► idle ── press ──► listening ── speech-end ──► thinking ── reply-audio ──► speaking
-//                          ▲                  ▲  ▲                        │                          │
-//                          └──── press ───────┘  └── intent / reply done / nothing came (settle) ─┘ reply-audio last
+//   loading ── ready ──► idle ── press ──► listening ── turn deciding / server-pending ──► thinking
+//                          ▲                  ▲  ▲                                             │ turn replying
+//                          └──── press ───────┘  └── turn idle (any outcome), or hearing ◄── speaking
+//                                                    (speech over the reply: barge-in)
 //
 // `offline` is not a phase but a flag: the server cannot be reached (`voxline:link` offline, or refused), yet local
 // commands still work, so the button keeps listening and only looks different. `error` is the one phase that needs
@@ -12,18 +14,16 @@
 /** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
 /** @typedef {Phase|'offline'} ShownState what the button shows: a phase, or `offline` while idle or listening */
 /**
- * @typedef {{phase: Phase, listening: boolean, offline: boolean, hearing: boolean, answered: boolean}} WidgetStatus
- *   listening: the microphone is open; hearing: speech is going on right now; answered: the current utterance
- *   already produced its intent (a complete command is dispatched before the speaker has quite stopped)
+ * @typedef {{phase: Phase, listening: boolean, offline: boolean, hearing: boolean}} WidgetStatus
+ *   listening: the microphone is open; hearing: speech is going on right now
  */
 /**
  * @typedef {{type: string, detail?: any}} WidgetInput a `voxline:*` event (its name and detail), or an action:
- *   `load` (a Voxline instance starts loading), `listen`, `stop` (the user), `settle` (thinking waited too long),
- *   `failed` (loading or opening the microphone threw)
+ *   `load` (a Voxline instance starts loading), `listen`, `stop` (the user), `failed` (loading or opening the
+ *   microphone threw)
  */
 
-export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false,
-  answered: false });
+export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false, offline: false, hearing: false });
 
 /** Error codes after which nothing works until the user acts (reload, allow the microphone). */
 const FATAL_ERROR = /^(mic_|model_|load_failed$)/;
@@ -34,6 +34,16 @@ const OFFLINE_ERRORS = new Set(['backend_unreachable', 'token_unavailable', 'una
 /** @param {WidgetStatus} status @returns {Phase} where a finished turn leaves the button */
 function rest(status) {
   return status.listening ? 'listening' : 'idle';
+}
+
+/** @param {WidgetStatus} status @param {string} state `voxline:turn`'s @returns {Phase} */
+function turnPhase(status, state) {
+  switch (state) {
+    case 'deciding': return status.listening ? 'thinking' : status.phase; // stopped mid-sentence: nothing to await
+    case 'server-pending': return 'thinking';
+    case 'replying': return 'speaking';
+    default: return rest(status); // hearing (a new utterance, or speech over a reply), idle
+  }
 }
 
 /**
@@ -55,28 +65,17 @@ export function nextStatus(status, { type, detail = {} }) {
     case 'stop':
       return { ...s, listening: false, hearing: false, phase: s.phase === 'loading' ? 'loading' : 'idle' };
     case 'voxline:speech-start':
-      // Speech over a reply interrupts it (barge-in): back to listening.
-      return { ...s, hearing: true, answered: false, phase: s.listening ? 'listening' : s.phase };
+      return { ...s, hearing: true };
     case 'voxline:speech-end':
-      return { ...s, hearing: false, phase: s.listening && !s.answered ? 'thinking' : s.phase };
+      return { ...s, hearing: false };
+    case 'voxline:turn':
+      return { ...s, phase: turnPhase(s, detail.state) };
     case 'voxline:transcript':
-      if (!detail.final || s.answered) return s;
-      return { ...s, offline: fromServer ? false : s.offline, phase: s.phase === 'speaking' ? s.phase : 'thinking' };
     case 'voxline:intent':
-      // A server command with a confirmation is spoken next; anything else is done once the intent is out.
-      if (fromServer) s.offline = false;
-      return { ...s, answered: true, phase: fromServer && detail.confirmation ? 'thinking' : rest(s) };
+      return fromServer ? { ...s, offline: false } : s;
     case 'voxline:reply':
-      s.offline = false;
-      if (!detail.final) return { ...s, phase: s.phase === 'speaking' ? 'speaking' : 'thinking' };
-      // The text is complete, but its audio may still be playing (or about to start): its `last` sample ends it.
-      return { ...s, phase: detail.audioPending ? 'speaking' : rest(s) };
     case 'voxline:reply-audio':
-      // `last`: the reply's last sample has played, or playback was stopped (barge-in).
-      if (detail.last) return s.phase === 'speaking' ? { ...s, phase: rest(s) } : s;
-      return { ...s, offline: false, phase: 'speaking' };
-    case 'settle':
-      return s.phase === 'thinking' ? { ...s, phase: rest(s) } : s;
+      return { ...s, offline: false };
     case 'voxline:link':
       // Open: reachable again. Offline (reconnecting) or refused: local commands only. Connecting, an idle close
       // (reopened with the next turn) and the page's own stop say nothing new about the server.

@@ -26,7 +26,8 @@ CHROMIUM_FLAGS = [
     "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
     "--autoplay-policy=no-user-gesture-required",
 ]
-EVENT_NAMES = ["ready", "speech-start", "speech-end", "transcript", "intent", "reply", "reply-audio", "link", "error"]
+EVENT_NAMES = ["ready", "speech-start", "speech-end", "transcript", "intent", "reply", "reply-audio", "link", "turn",
+               "error"]
 # Collects every voxline:* event on the page from the first moment, before any page script runs.
 RECORD_EVENTS = (
     "window.__vx = [];\n"
@@ -154,7 +155,7 @@ class VoxlinePage:
     def timeline(self) -> list[str]:
         """The events as short lines, for assertion messages."""
         keys = ("text", "final", "intent", "source", "confidence", "reason", "end_t", "lag_s", "turn_prob",
-                "turn_check_ms", "early", "code", "message")
+                "turn_check_ms", "early", "state", "outcome", "code", "message")
         return [f"{e['audio_t']:.2f} {e['name']} " + " ".join(f"{k}={e[k]!r}" for k in keys if k in e)
                 for e in self.events()]
 

@@ -1,0 +1,178 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { Outcome, Phase, TurnMachine } from '../voxline/turn.js';
+
+/** Feed inputs (a string is an input type); returns every effect, and the machine. */
+function run(...inputs) {
+  const machine = new TurnMachine();
+  const effects = inputs.flatMap((input, t) => machine.input(typeof input === 'string' ? { type: input, t } : { t, ...input }));
+  return { effects, machine };
+}
+
+const phases = (effects) => effects.filter((e) => e.type === 'phase').map((e) => (e.outcome ? `${e.phase}:${e.outcome}` : e.phase));
+const ofType = (effects, type) => effects.filter((e) => e.type === type);
+const sent = (turnId) => ({ type: 'sent', turnId });
+const audio = (turnId) => ({ type: 'reply-audio', turnId });
+const done = (turnId, interrupted = false) => ({ type: 'reply-done', turnId, text: 'Done.', interrupted });
+const ended = (turnId) => ({ type: 'playback-ended', turnId });
+
+test('a command after the turn is over: hearing, deciding, idle (local)', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', 'command');
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'idle:local']);
+  assert.equal(machine.phase, Phase.IDLE);
+  assert.equal(machine.answering, false);
+});
+
+test('a command acted at a pause ends the exchange when the turn ends, not before', () => {
+  const { effects } = run('speech-start', 'command', 'speech-end');
+  assert.deepEqual(phases(effects), ['hearing', 'idle:local']);
+});
+
+test('a command acted at a pause does not carry over to the next utterance', () => {
+  const { effects } = run('speech-start', 'command', 'speech-end', 'speech-start', 'speech-end');
+  assert.deepEqual(phases(effects), ['hearing', 'idle:local', 'hearing', 'deciding']);
+});
+
+test('a turn with nothing to act on ends idle (nothing), so no host waits on a timer', () => {
+  assert.deepEqual(phases(run('speech-start', 'speech-end', 'nothing').effects), ['hearing', 'deciding', 'idle:nothing']);
+});
+
+test('a turn that needs the server when there is none ends idle (unreachable)', () => {
+  assert.deepEqual(phases(run('speech-start', 'speech-end', 'unreachable').effects),
+    ['hearing', 'deciding', 'idle:unreachable']);
+});
+
+test('decisions that come too late for their turn change nothing', () => {
+  // the user is speaking again: a late "nothing" or "command" of the turn before must not end this one
+  const { effects, machine } = run('speech-start', 'speech-end', 'speech-start', 'nothing', 'unreachable');
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'hearing']);
+  assert.equal(machine.phase, Phase.HEARING);
+});
+
+test('a question: server-pending, replying with its audio, idle (reply) once the last sample played', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', 'sending', sent(1),
+    { type: 'reply-text', turnId: 1, text: 'Paris' }, audio(1), audio(1), done(1), ended(1));
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'server-pending', 'replying', 'idle:reply']);
+  assert.deepEqual(ofType(effects, 'play').map((e) => e.begin), [true, false]);
+  assert.deepEqual(ofType(effects, 'end-playback'), [{ type: 'end-playback', turnId: 1 }]);
+  const replies = ofType(effects, 'reply');
+  assert.deepEqual(replies.map((r) => [r.text, r.final]), [['Paris', false], ['Done.', true]]);
+  assert.equal(replies[1].audioPending, true);
+  assert.equal(machine.answering, false);
+  assert.equal(ofType(effects, 'barge-in').length, 0);
+});
+
+test('a reply without audio (an intent the server resolved) ends at reply.done', () => {
+  const { effects } = run('speech-start', 'speech-end', 'sending', sent(1), done(1));
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'server-pending', 'idle:reply']);
+  assert.equal(ofType(effects, 'reply')[0].audioPending, false);
+  assert.equal(ofType(effects, 'end-playback').length, 0);
+});
+
+test('a reply whose audio already played out by reply.done ends at reply.done', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), audio(1), ended(1), done(1));
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'server-pending', 'replying', 'idle:reply']);
+});
+
+test('reply.done that says interrupted ends idle (interrupted)', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), done(1, true));
+  assert.deepEqual(phases(effects).at(-1), 'idle:interrupted');
+});
+
+test('barge-in while the server is still answering: one transition back to hearing', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start');
+  const last = effects.slice(-2);
+  assert.deepEqual(last[0], { type: 'barge-in', turnId: 1 });
+  assert.deepEqual(last[1], { type: 'phase', phase: 'hearing', interrupted: 1 });
+  assert.equal(machine.answering, false);
+});
+
+test('after a barge-in, audio of that turn still in flight is never played, and its reply.done has no playback', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start', audio(1), done(1, true));
+  assert.equal(ofType(effects, 'play').length, 1);
+  assert.equal(ofType(effects, 'end-playback').length, 0);
+  const final = ofType(effects, 'reply').at(-1);
+  assert.deepEqual([final.final, final.interrupted, final.audioPending], [true, true, false]);
+  // the new utterance owns the phase: the old reply's end does not make it idle
+  assert.equal(machine.phase, Phase.HEARING);
+  assert.equal(machine.silenced.size, 0);
+});
+
+test('barge-in before any audio: the server turn is cancelled with nothing heard', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), 'speech-start');
+  assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
+});
+
+test('barge-in on the tail of a reply the server has finished sending stops the playback', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), audio(1), done(1), 'speech-start');
+  assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: null }]);
+  assert.deepEqual(phases(effects).slice(-1), ['hearing']);
+  assert.equal(effects.at(-1).interrupted, 1);
+});
+
+test('speech after the reply has played out is a new utterance, not a barge-in', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), audio(1), done(1), ended(1), 'speech-start');
+  assert.equal(ofType(effects, 'barge-in').length, 0);
+  assert.deepEqual(effects.at(-1), { type: 'phase', phase: 'hearing' });
+});
+
+test('a stopped playback reported after the barge-in changes nothing', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start', ended(1));
+  assert.deepEqual(phases(effects).at(-1), 'hearing');
+  assert.equal(machine.phase, Phase.HEARING);
+});
+
+test('sending while a server turn is unfinished finishes it first (one unfinished turn at a time)', () => {
+  const machine = new TurnMachine();
+  for (const input of ['speech-start', 'speech-end']) machine.input({ type: input, t: 0 });
+  machine.input(sent(1));
+  // the page decided a second turn without a speech-start in between (e.g. typed)
+  assert.deepEqual(machine.input({ type: 'sending', t: 1 }), [{ type: 'barge-in', turnId: 1 }]);
+  assert.deepEqual(machine.input({ type: 'sending', t: 1 }), []);
+});
+
+test('a turn sent after the user started speaking again does not take the phase from the new utterance', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', 'speech-start', sent(1), audio(1));
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'hearing']);
+  assert.equal(machine.phase, Phase.HEARING);
+  assert.equal(ofType(effects, 'play').length, 1); // its audio still plays, and speaking next barges in on it
+  assert.equal(machine.answering, true);
+});
+
+test('the link drops while the server is thinking: its turn ends interrupted and idle', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), { type: 'reply-text', turnId: 1, text: 'Th' },
+    'link-down');
+  assert.deepEqual(ofType(effects, 'reply').at(-1),
+    { type: 'reply', turnId: 1, text: 'Th', final: true, interrupted: true, audioPending: false });
+  assert.deepEqual(phases(effects).at(-1), `idle:${Outcome.INTERRUPTED}`);
+  assert.equal(machine.answering, false);
+  assert.equal(machine.replies.size, 0);
+});
+
+test('the link drops while a reply plays: what arrived plays out, then idle (interrupted)', () => {
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'link-down');
+  assert.deepEqual(ofType(effects, 'end-playback'), [{ type: 'end-playback', turnId: 1 }]);
+  assert.equal(ofType(effects, 'reply').at(-1).audioPending, true);
+  assert.equal(machine.phase, Phase.REPLYING);
+  assert.deepEqual(phases(machine.input(ended(1))), ['idle:interrupted']);
+});
+
+test('the link drops after a barge-in: the silenced turn gets its final reply, without playback', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start', 'link-down');
+  assert.deepEqual(ofType(effects, 'end-playback'), []);
+  assert.equal(ofType(effects, 'reply').at(-1).interrupted, true);
+  assert.deepEqual(phases(effects).at(-1), 'hearing');
+});
+
+test('the link dropping with nothing in flight changes nothing', () => {
+  assert.deepEqual(run('speech-start', 'link-down').effects.slice(1), []);
+});
+
+test('messages about turns this page does not know are ignored', () => {
+  const { effects } = run({ type: 'reply-text', turnId: 9, text: 'x' }, audio(9), ended(9));
+  assert.deepEqual(effects, []);
+});
+
+test('an unknown input is a programming error', () => {
+  assert.throws(() => new TurnMachine().input({ type: 'speech-middle' }), /unknown turn input/);
+});
