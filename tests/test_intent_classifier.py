@@ -103,6 +103,21 @@ def test_acceptance_needs_a_parse_the_probability_and_grounding(grammar):
     assert accept(match, 0.9, False, config) == "ungrounded"
 
 
+def test_an_unsure_command_is_accepted_only_when_its_nearest_intent_by_meaning_agrees(grammar):
+    from voxline.server.intent_neighbours import Neighbour
+
+    config = ClassifierConfig(min_command_prob=0.7, agree_min_prob=0.3, agree_min_similarity=0.5)
+    match = recognize("volume down", grammar)
+    same = Neighbour("media.volume_down", similarity=0.6, margin=0.05)
+    assert accept(match, 0.4, True, config, same) == "agreed"
+    assert accept(match, 0.9, True, config, same) == "accepted"  # sure by itself: the neighbour is not needed
+    assert accept(match, 0.4, True, config, Neighbour("media.volume_up", 0.9, 0.2)) == "low_probability"
+    assert accept(match, 0.4, True, config, Neighbour("media.volume_down", 0.45, 0.2)) == "low_probability"
+    assert accept(match, 0.29, True, config, same) == "low_probability"
+    assert accept(match, 0.4, False, config, same) == "ungrounded"
+    assert accept(match, 0.4, True, config, None) == "low_probability"
+
+
 def test_the_setting_off_means_no_classifier():
     class Bare:
         settings = Settings(intent_classifier="off")

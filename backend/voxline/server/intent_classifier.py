@@ -12,9 +12,12 @@ the known intents ("I can barely hear it, raise the volume"). The route, in thre
    slot lists (a level of 0-100, a duration of 1 s-24 h, a known area).
 3. **Accept.** Only when (a) the model's own probability of the command it wrote, exp of the sum of its tokens'
    log-probabilities, is at least `ClassifierConfig.min_command_prob` (so "none" and every other command together
-   are less likely), and (b) every slot value is grounded in the utterance: the same value is found in the user's
-   words by the slot's list in the user's language (`grounded`), so a number or a room the model invented is
-   refused. Precision before recall: anything else goes to the chat as before.
+   are less likely), or it is at least `agree_min_prob` and the utterance's nearest intent by meaning
+   (`intent_neighbours`: sentence embeddings of the grammar's own sentences, a model of another kind) is the same
+   intent, at a cosine similarity of at least `agree_min_similarity`; and (b) every slot value is grounded in the
+   utterance: the same value is found in the user's words by the slot's list in the user's language
+   (`grounded`), so a number or a room the model invented is refused. Precision before recall: anything else goes
+   to the chat as before.
 
 The decision functions (`parse_command`, `grounded`, `accept`) are pure and tested without a model; `LLMClassifier`
 is the model-backed part. Why this route (measured with `voxline bench classify`): scoring every intent's
@@ -32,11 +35,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voxline.intents import Grammar, Match, normalize, recognize
+from voxline.paths import model_dir
 from voxline.intents.expression import SlotRef
 from voxline.intents.slots import Wildcard
+from voxline.server.intent_neighbours import IntentNeighbours, Neighbour
 
 log = logging.getLogger(__name__)
 
+NEIGHBOURS_MODEL = "minilm-l6-v2"
+"""The sentence encoder of the intent neighbours (models/manifest.json)."""
 NONE = "none"
 """What the model writes for an utterance that is no command."""
 COMMAND_LANG = "en"
@@ -100,6 +107,15 @@ SYSTEM = (
 )
 
 
+AGREE_MIN_PROB = 0.25
+AGREE_MIN_SIMILARITY = 0.72
+"""Calibrated with `voxline bench classify` (Qwen2.5 0.5B, its 52 development paraphrases and 60 out-of-domain
+lines): below a similarity of ~0.72 the agreeing neighbours were statements about the domain ("pause is a word
+with five letters" 0.69, "what does previous mean" 0.62); from it, 8 more paraphrases and no out-of-domain line."""
+NEIGHBOURS_WAIT_S = 60.0
+"""How long a classification waits for the neighbour index being built (seconds, once per server)."""
+
+
 @dataclass(frozen=True)
 class ClassifierConfig:
     """Settings of the classifier; the defaults are the calibrated ones (`voxline bench classify`)."""
@@ -108,6 +124,10 @@ class ClassifierConfig:
     """Accept a command only when the model's probability of the whole command it wrote is at least this.
     Calibrated with `voxline bench classify` (Qwen2.5 0.5B, 52 paraphrases, 60 out-of-domain): 0.5 accepted 3 of
     60 out-of-domain, 0.7 one ("what does mute mean"), 0.8 none but resolved 4 fewer paraphrases."""
+    agree_min_prob: float = AGREE_MIN_PROB
+    """A less likely command is still accepted when the nearest intent by meaning agrees (see the module header)."""
+    agree_min_similarity: float = AGREE_MIN_SIMILARITY
+    """The similarity the agreeing neighbour must reach."""
     max_command_tokens: int = 16
     """Longest command the model may write (the longest canonical one with a song name fits)."""
     max_utterance_chars: int = 300
@@ -127,9 +147,12 @@ class Classification:
     command_prob: float
     """The model's probability of `command` (0 when not asked)."""
     reason: str
-    """``accepted``, ``none``, ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long``, ``off_domain`` (no
-    content word of the commands: the model is not asked) or ``empty``."""
+    """``accepted``, ``agreed`` (less likely, but the nearest intent by meaning is the same), ``none``,
+    ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long``, ``off_domain`` (no content word of the
+    commands: the model is not asked) or ``empty``."""
     elapsed_s: float = 0.0
+    neighbour: Neighbour | None = None
+    """The nearest intent by meaning, where it was asked."""
 
 
 # --- pure decisions ------------------------------------------------------------------------------------------------
@@ -224,15 +247,21 @@ def grounded(match: Match, utterance: str, grammar: Grammar, lang: str) -> bool:
     return True
 
 
-def accept(match: Match | None, command_prob: float, is_grounded: bool, config: ClassifierConfig) -> str:
-    """The reason code for one verdict (``accepted`` only when every condition holds)."""
+ACCEPTED = frozenset({"accepted", "agreed"})
+
+
+def accept(match: Match | None, command_prob: float, is_grounded: bool, config: ClassifierConfig,
+           neighbour: Neighbour | None = None) -> str:
+    """The reason code for one verdict (one of `ACCEPTED` only when every condition holds)."""
     if match is None:
         return "unparsed"
-    if command_prob < config.min_command_prob:
+    agrees = (neighbour is not None and neighbour.intent == match.intent
+              and neighbour.similarity >= config.agree_min_similarity and command_prob >= config.agree_min_prob)
+    if command_prob < config.min_command_prob and not agrees:
         return "low_probability"
     if not is_grounded:
         return "ungrounded"
-    return "accepted"
+    return "accepted" if command_prob >= config.min_command_prob else "agreed"
 
 
 def _slot_list_names(language, template_id: str) -> dict[str, str]:
@@ -258,8 +287,12 @@ class LLMClassifier:
     llm: object
     grammar: Grammar
     config: ClassifierConfig = field(default_factory=ClassifierConfig)
+    neighbours: IntentNeighbours | None = None
+    """The second opinion; None: the model's probability alone decides (`build_neighbours` sets it)."""
 
     def __post_init__(self) -> None:
+        self._neighbours_built = threading.Event()
+        self._neighbours_built.set()  # nothing to wait for until `defer_neighbours`
         self._vocabulary = domain_vocabulary(self.grammar)
         rooms = ", ".join(room_names(self.grammar)) or "none"
         system = SYSTEM.format(commands="\n".join(command_lines(self.grammar)), rooms=rooms)
@@ -284,9 +317,32 @@ class LLMClassifier:
         if command == NONE:
             return Classification(None, command, prob, "none", time.perf_counter() - started)
         is_grounded = match is not None and grounded(match, text, self.grammar, lang)
-        reason = accept(match, prob, is_grounded, self.config)
-        accepted = match if reason == "accepted" else None
-        return Classification(accepted, command, prob, reason, time.perf_counter() - started)
+        # Only asked when it can change the verdict: a parsed, grounded command the model is unsure of.
+        unsure = match is not None and is_grounded and self.config.agree_min_prob <= prob < self.config.min_command_prob
+        neighbour = self._nearest(text) if unsure else None
+        reason = accept(match, prob, is_grounded, self.config, neighbour)
+        accepted = match if reason in ACCEPTED else None
+        return Classification(accepted, command, prob, reason, time.perf_counter() - started, neighbour)
+
+    def defer_neighbours(self) -> None:
+        """Classifications from now on wait (bounded) for `build_neighbours`, running or about to run elsewhere."""
+        self._neighbours_built.clear()
+
+    def build_neighbours(self, encoder_dir) -> None:
+        """Embed the grammar's sentences for the second opinion (seconds: call it off the event loop). A missing
+        or broken encoder leaves the model's probability alone to decide, and says so in the log."""
+        try:
+            from voxline.sentence_encoder import SentenceEncoder
+
+            self.neighbours = IntentNeighbours(SentenceEncoder(encoder_dir), self.grammar, COMMAND_LANG)
+        except Exception:  # noqa: BLE001 - the classifier works without it
+            log.exception("intent neighbours not used: the sentence encoder in %s could not be loaded", encoder_dir)
+        finally:
+            self._neighbours_built.set()
+
+    def _nearest(self, text: str) -> Neighbour | None:
+        self._neighbours_built.wait(NEIGHBOURS_WAIT_S)
+        return self.neighbours.nearest(text) if self.neighbours is not None else None
 
     def rewrite(self, utterance: str) -> tuple[str, float]:
         """(what the model writes for `utterance`, its probability), greedy, from the cached static prompt."""
@@ -335,8 +391,14 @@ def classifier_for(engines) -> LLMClassifier | None:
             log.exception("intent classifier not used: it could not be built on LLM %r", getattr(llm, "name", llm))
             return None
         engines.__dict__["_intent_classifier"] = cached
-        # The first call prefills the static prompt (~700 tokens, seconds on a CPU): do it now, beside the turn
-        # that built the classifier, rather than in the first turn that needs it.
-        threading.Thread(target=cached.classify, args=("hello",), name="voxline-classifier-warm-up",
-                         daemon=True).start()
+        # The first call prefills the static prompt (~700 tokens, seconds on a CPU), and the neighbours embed the
+        # grammar's sentences (seconds): do both now, beside the turn that built the classifier, rather than in
+        # the first turn that needs them.
+        cached.defer_neighbours()
+
+        def warm_up() -> None:
+            cached.build_neighbours(model_dir(NEIGHBOURS_MODEL))
+            cached.classify("hello")
+
+        threading.Thread(target=warm_up, name="voxline-classifier-warm-up", daemon=True).start()
     return cached or None
