@@ -265,7 +265,7 @@ export class Voxline {
       if (turn.final?.pauseId !== ev.pauseId) return;
       turn.final.silent.add(ev.kind);
       const waiting = turn.final.waitingCommand;
-      if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#dispatchCommand(turn, waiting);
+      if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#act(turn, waiting, { early: true });
     } else if (ev.type === 'resume') {
       if (turn.dispatched) turn.wentOn = true; // the speaker went on after a command acted: see #amend
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
@@ -368,15 +368,13 @@ export class Voxline {
    * speaker added (a new question) is not acted on: the turn already had its answer.
    */
   async #amend(turn, decoded) {
-    const { text, confidence } = this.#commandText(decoded, this.settings.localIntentMinConfidence);
-    if (!this.intents || confidence < this.settings.localIntentMinConfidence) return;
-    const cached = this.intents.peek(text);
-    const result = cached ? null : await this.intents.recognize(text).catch(() => null);
-    const match = cached ?? (isCompleteCommand(result) ? result.match : null);
+    const command = await this.#localCommand(decoded, this.settings.commandMinConfidence,
+      this.settings.localIntentMinConfidence);
     const acted = turn.acted;
-    if (!match || (match.intent === acted.intent && sameSlots(match.slots, acted.slots))) return;
-    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, match, { amends: acted });
-    if (!cached) this.intents.remember(text, match, 'local');
+    if (!command?.complete || (command.match.intent === acted.intent && sameSlots(command.match.slots, acted.slots))) {
+      return;
+    }
+    this.#act(turn, command, { amends: acted });
   }
 
   #dispatch(turn, source, text, confidence, intent, extra = {}) {
@@ -390,15 +388,30 @@ export class Voxline {
   }
 
   /**
-   * What a decode says the command is: its command reading when that is confident (grammar-aware decoding), else
-   * the free transcript with its word confidence. `gate` is the confidence the reading must reach.
+   * The local command a decode says, or null: its command reading when that reaches `readingGate` (grammar-aware
+   * decoding; the command confidence is calibrated, see `commandMinConfidence`), else the free transcript when its
+   * word confidence reaches `freeGate`; matched in the cache (words learned before) or by the grammar engine.
+   * `complete`: nothing longer could extend it (a learned command counts as complete: the server saw the same
+   * words as a whole turn).
+   * @returns {Promise<{text: string, confidence: number, match: object, source: 'cache'|'local',
+   *   complete: boolean}|null>}
    */
-  #commandText(result, gate) {
-    const reading = result.command;
-    if (reading && reading.confidence >= Math.max(gate, this.settings.commandMinConfidence)) {
-      return { text: reading.text, confidence: reading.confidence };
-    }
-    return { text: result.text, confidence: result.confidence };
+  async #localCommand(decoded, readingGate, freeGate) {
+    const reading = decoded.command;
+    const heard = reading && reading.confidence >= readingGate ? reading : decoded;
+    if (!this.intents || heard.confidence < (heard === reading ? readingGate : freeGate)) return null;
+    const { text, confidence } = heard;
+    const cached = this.intents.peek(text);
+    if (cached) return { text, confidence, match: cached, source: 'cache', complete: true };
+    const result = await this.intents.recognize(text).catch(() => null);
+    if (!result?.match) return null;
+    return { text, confidence, match: result.match, source: 'local', complete: isCompleteCommand(result) };
+  }
+
+  /** Act on a local command (the grammar's matches are learned, so the same words come from the cache next). */
+  #act(turn, command, extra = {}) {
+    this.#dispatch(turn, command.source, command.text, command.confidence, command.match, extra);
+    if (command.source === 'local') this.intents.remember(command.text, command.match, 'local');
   }
 
   /**
@@ -414,22 +427,14 @@ export class Voxline {
     if (!this.intents || turn.dispatched || !decoded.final) return;
     const stale = () => turn.ended || turn.final?.id !== decoded.id;
     const learned = decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
-    const { text, confidence } = this.#commandText(decoded, gate);
-    const result = learned || confidence < gate ? null : await this.intents.recognize(text).catch(() => null);
+    const found = learned
+      ? { text: decoded.text, confidence: decoded.confidence, match: learned, source: 'cache', complete: true }
+      : await this.#localCommand(decoded, Math.max(gate, this.settings.commandMinConfidence), gate);
     // stale: a pause the speaker talked over, a turn the final decides
-    if (turn.dispatched || stale() || !(learned || result?.match)) return;
-    const command = learned
-      ? { text: decoded.text, confidence: decoded.confidence, match: learned, kind: 'complete', learned: true }
-      : { text, confidence, match: result.match, kind: isCompleteCommand(result) ? 'complete' : 'prefix' };
-    if (turn.final.silent.has(command.kind)) this.#dispatchCommand(turn, command);
+    if (turn.dispatched || stale() || !found) return;
+    const command = { ...found, kind: found.complete ? 'complete' : 'prefix' };
+    if (turn.final.silent.has(command.kind)) this.#act(turn, command, { early: true });
     else turn.final.waitingCommand = command;
-  }
-
-  /** An early command: from the cache when its words were learned, else the grammar's match (learned now). */
-  #dispatchCommand(turn, { text, confidence, match, learned }) {
-    const cached = learned ? match : this.intents.peek(text);
-    this.#dispatch(turn, cached ? 'cache' : 'local', text, confidence, cached ?? match, { early: true });
-    if (!cached) this.intents.remember(text, match, 'local');
   }
 
   /**
@@ -441,16 +446,10 @@ export class Voxline {
     const learned = this.intents && decoded.confidence >= this.settings.localIntentMinConfidence
       ? this.intents.peek(decoded.text) : null;
     if (learned) return this.#dispatch(turn, 'cache', decoded.text, decoded.confidence, learned);
-    const { text, confidence } = this.#commandText(decoded, this.settings.localIntentMinConfidence);
-    if (!this.intents || confidence < this.settings.localIntentMinConfidence) {
-      return this.#serverTurn(turn, decoded.text, decoded.confidence);
-    }
-    const cached = this.intents.peek(text);
-    if (cached) return this.#dispatch(turn, 'cache', text, confidence, cached);
-    const result = await this.intents.recognize(text).catch(() => null);
-    if (!result?.match) return this.#serverTurn(turn, decoded.text, decoded.confidence);
-    this.#dispatch(turn, 'local', text, confidence, result.match);
-    this.intents.remember(text, result.match, 'local');
+    const command = await this.#localCommand(decoded, this.settings.commandMinConfidence,
+      this.settings.localIntentMinConfidence);
+    if (command) return this.#act(turn, command);
+    return this.#serverTurn(turn, decoded.text, decoded.confidence);
   }
 
   /**

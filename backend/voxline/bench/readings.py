@@ -38,7 +38,7 @@ VOICES = {
 CONFIGS = {"grammar": {}, "free": {"grammarDecode": False}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
-COMMAND_MIN_CONFIDENCE = 0.5
+COMMAND_MIN_CONFIDENCE = 0.35
 LOCAL_INTENT_MIN_CONFIDENCE = 0.5
 
 
