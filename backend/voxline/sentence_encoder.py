@@ -116,4 +116,5 @@ class SentenceEncoder:
     def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
         mean = x.mean(-1, keepdims=True)
         var = ((x - mean) ** 2).mean(-1, keepdims=True)
-        return (x - mean) / np.sqrt(var + LAYER_NORM_EPS) * self.weights[name + ".weight"] + self.weights[name + ".bias"]
+        scaled = (x - mean) / np.sqrt(var + LAYER_NORM_EPS)
+        return scaled * self.weights[name + ".weight"] + self.weights[name + ".bias"]

@@ -5,11 +5,13 @@ import { Outcome, Phase, TurnMachine } from '../voxline/turn.js';
 /** Feed inputs (a string is an input type); returns every effect, and the machine. */
 function run(...inputs) {
   const machine = new TurnMachine();
-  const effects = inputs.flatMap((input, t) => machine.input(typeof input === 'string' ? { type: input, t } : { t, ...input }));
+  const effects = inputs.flatMap((input, t) => machine.input(
+    typeof input === 'string' ? { type: input, t } : { t, ...input }));
   return { effects, machine };
 }
 
-const phases = (effects) => effects.filter((e) => e.type === 'phase').map((e) => (e.outcome ? `${e.phase}:${e.outcome}` : e.phase));
+const phases = (effects) => effects.filter((e) => e.type === 'phase')
+  .map((e) => (e.outcome ? `${e.phase}:${e.outcome}` : e.phase));
 const ofType = (effects, type) => effects.filter((e) => e.type === type);
 const sent = (turnId) => ({ type: 'sent', turnId });
 const audio = (turnId) => ({ type: 'reply-audio', turnId });
@@ -34,7 +36,8 @@ test('a command acted at a pause does not carry over to the next utterance', () 
 });
 
 test('a turn with nothing to act on ends idle (nothing), so no host waits on a timer', () => {
-  assert.deepEqual(phases(run('speech-start', 'speech-end', 'nothing').effects), ['hearing', 'deciding', 'idle:nothing']);
+  assert.deepEqual(phases(run('speech-start', 'speech-end', 'nothing').effects),
+    ['hearing', 'deciding', 'idle:nothing']);
 });
 
 test('a turn that needs the server when there is none ends idle (unreachable)', () => {
@@ -88,7 +91,8 @@ test('barge-in while the server is still answering: one transition back to heari
 });
 
 test('after a barge-in, audio of that turn still in flight is never played, and its reply.done has no playback', () => {
-  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start', audio(1), done(1, true));
+  const { effects, machine } = run('speech-start', 'speech-end', sent(1), audio(1), 'speech-start', audio(1),
+    done(1, true));
   assert.equal(ofType(effects, 'play').length, 1);
   assert.equal(ofType(effects, 'end-playback').length, 0);
   const final = ofType(effects, 'reply').at(-1);

@@ -15,8 +15,9 @@ const ev = (name, detail = {}) => ({ type: `voxline:${name}`, detail });
 const turn = (state, detail = {}) => ev('turn', { state, ...detail });
 
 test('a local command: loading, idle, listening, thinking, back to listening', () => {
-  assert.deepEqual(run('voxline:ready', 'listen', ev('speech-start'), turn('hearing'), ev('speech-end'), turn('deciding'),
-    ev('transcript', { text: 'pause the music', final: true }), ev('intent', { intent: 'media.pause', source: 'local' }),
+  assert.deepEqual(run('voxline:ready', 'listen', ev('speech-start'), turn('hearing'), ev('speech-end'),
+    turn('deciding'), ev('transcript', { text: 'pause the music', final: true }),
+    ev('intent', { intent: 'media.pause', source: 'local' }),
     turn('idle', { outcome: 'local' })),
   ['idle', 'listening', 'listening', 'listening', 'listening', 'thinking', 'thinking', 'thinking', 'listening']);
 });

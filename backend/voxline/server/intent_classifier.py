@@ -371,7 +371,7 @@ add its cost to every chat turn."""
 
 
 def classifier_for(engines) -> LLMClassifier | None:
-    """The server's classifier, built once per `Engines` on first use; None when the setting is off, the LLM is
+    """The server's classifier, built once per `Engines` (when they load); None when the setting is off, the LLM is
     not one in `CALIBRATED`, or it is not in this process (the Ray engine's LLM runs as a deployment)."""
     if engines.settings.intent_classifier != "llm":
         return None

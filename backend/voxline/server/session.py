@@ -157,8 +157,12 @@ class Engines:
         if settings.tts_engine == "hibari":
             on_loaded(settings.tts_model)
         asr = ServerASR(model_dir(settings.server_asr_model), on_loaded=lambda: on_loaded(settings.server_asr_model))
-        return cls(settings, grammar, IntentResolver(grammar), llm, tts, asr,
-                   metrics or ServerMetrics(), telemetry or Telemetry())
+        engines = cls(settings, grammar, IntentResolver(grammar), llm, tts, asr,
+                      metrics or ServerMetrics(), telemetry or Telemetry())
+        # The intent classifier's static prompt and neighbour index warm up in the background from now, rather
+        # than in the first turn the grammar misses.
+        classifier_for(engines)
+        return engines
 
 
 @dataclass
@@ -565,7 +569,6 @@ class Session:
                 return
             match = self.engines.resolver.resolve(turn.text, self.lang).match
             turn.mark("intent_ms")
-            # Built (and warmed up) on the first turn the grammar misses.
             classifier = classifier_for(self.engines) if match is None else None
             if classifier is not None:  # the grammar missed: is it still one of the intents?
                 verdict = await asyncio.to_thread(classifier.classify, turn.text, self.lang)
