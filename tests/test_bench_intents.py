@@ -209,3 +209,13 @@ def test_pages_hold_every_item_per_voice_with_a_noisy_copy_and_a_second_hearing_
     assert all(s.condition == "noisy" and s.voice == "espeak-gb" for s in said)
     assert all(a.end_s <= a.until_s == b.start_s for a, b in zip(said, said[1:]))
     assert list((tmp_path / "cache" / "bench-audio").glob("*.npy"))  # renders are cached
+
+
+def test_baseline_server_settings_are_read_like_their_environment_variables():
+    from voxline.bench.intents import _server_settings
+
+    assert _server_settings(["intent_neighbours=off", "intent_classifier=llm"]) == {
+        "intent_neighbours": False, "intent_classifier": "llm"}
+    for bad in (["no_such_setting=1"], ["intent_neighbours"], ["intent_neighbours=maybe"]):
+        with pytest.raises((SystemExit, ValueError)):
+            _server_settings(bad)

@@ -252,7 +252,11 @@ def build_parser() -> argparse.ArgumentParser:
                                help="each page says its commands twice; the second hearing measures the learned cache")
     bench_intents.add_argument("--baseline-query", metavar="QUERY",
                                help="--set: page settings of the baseline instead of the default baseline, e.g. "
-                                    "'&vx.promotePartials=0' (both configurations then share one server)")
+                                    "'&vx.promotePartials=0' (its server then has today's settings, unless "
+                                    "--baseline-server says otherwise)")
+    bench_intents.add_argument("--baseline-server", action="append", metavar="NAME=VALUE",
+                               help="--set: a server setting of the baseline instead of the default baseline's "
+                                    "(repeatable), e.g. intent_neighbours=off")
     bench_intents.add_argument("--json-out", type=Path, metavar="FILE",
                                help="also write the report with every outcome, and FILE.errors.txt")
     bench_intents.set_defaults(func=_cmd_bench)

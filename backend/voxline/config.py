@@ -57,6 +57,10 @@ class Settings:
     """What the server does with an utterance the grammar misses, before the LLM chats: `llm` asks the LLM, as a
     constrained classifier, whether it is one of the known intents (voxline/server/intent_classifier.py); `off`
     sends it straight to the chat."""
+    intent_neighbours: bool = True
+    """The classifier's second opinion (voxline/server/intent_neighbours.py): an LLM command below its threshold
+    is still accepted when the nearest intent in meaning agrees. Off: the LLM's probability alone decides, and the
+    sentence encoder (~90 MB) is not loaded."""
     reply_max_tokens: int = DEFAULT_REPLY_MAX_TOKENS
     """Longest spoken reply, in LLM tokens (about 0.75 words each)."""
     reply_max_seconds: float = DEFAULT_REPLY_MAX_SECONDS

@@ -461,7 +461,7 @@ def _configs_available(missing: list[str], configs: list[Config] = SET_CONFIGS) 
 
 def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds: int = 1, llm: str | None = None,
             limit: int | None = None, second_hearing: bool = False, progress=None,
-            baseline_query: str | None = None) -> tuple[dict, list[dict]]:
+            baseline_query: str | None = None, baseline_server: dict | None = None) -> tuple[dict, list[dict]]:
     """Play the set through the demo page in Chromium for each configuration; return the report and every outcome.
     `baseline_query`: page settings (`&vx.NAME=value...`) of the baseline instead of `SET_CONFIGS`' (then both
     configurations share one server), to measure one change beside the design before it."""
@@ -476,7 +476,8 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
         raise ValueError("--rounds must be at least 1")
     started = time.monotonic()
     items = limit_items(load_set(path), limit)
-    chosen = SET_CONFIGS if baseline_query is None else [Config("voxline"), Config("baseline", query=baseline_query)]
+    chosen = SET_CONFIGS if baseline_query is None and not baseline_server else [
+        Config("voxline"), Config("baseline", query=baseline_query or "", server=dict(baseline_server or {}))]
     missing = missing_baseline_settings(chosen)
     configs = _configs_available(missing, chosen)
     outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
@@ -513,6 +514,22 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
     return report, [o for name in outcomes for o in outcomes[name]]
 
 
+def _server_settings(pairs: list[str]) -> dict[str, str]:
+    """`--baseline-server NAME=VALUE` pairs, as `Settings` field values (coerced the way `VOXLINE_*` are)."""
+    from dataclasses import fields
+
+    from voxline.config import Settings
+
+    names = {f.name for f in fields(Settings)}
+    out = {}
+    for pair in pairs:
+        name, _, raw = pair.partition("=")
+        if name not in names or not raw:
+            raise SystemExit(f"--baseline-server {pair!r}: expected NAME=VALUE with NAME a server setting")
+        out[name] = getattr(Settings.from_env({f"VOXLINE_{name.upper()}": raw}), name)
+    return out
+
+
 def main(args) -> int:
     if getattr(args, "set", None) is None:
         print(json.dumps(run(rounds=args.rounds), indent=1))
@@ -524,7 +541,8 @@ def main(args) -> int:
         report, outcomes = run_set(args.set, voices=voices, noise_snr_db=args.noise_snr_db, rounds=args.rounds,
                                    llm=args.llm, limit=args.limit, second_hearing=args.second_hearing,
                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
-                                   baseline_query=args.baseline_query)
+                                   baseline_query=args.baseline_query,
+                                   baseline_server=_server_settings(args.baseline_server or []))
     except (SetFormatError, ValueError, FileNotFoundError) as error:
         print(f"voxline bench intents: {error}", file=sys.stderr)
         return 2

@@ -394,10 +394,13 @@ def classifier_for(engines) -> LLMClassifier | None:
         # The first call prefills the static prompt (~700 tokens, seconds on a CPU), and the neighbours embed the
         # grammar's sentences (seconds): do both now, beside the turn that built the classifier, rather than in
         # the first turn that needs them.
-        cached.defer_neighbours()
+        neighbours = engines.settings.intent_neighbours
+        if neighbours:
+            cached.defer_neighbours()
 
         def warm_up() -> None:
-            cached.build_neighbours(model_dir(NEIGHBOURS_MODEL))
+            if neighbours:
+                cached.build_neighbours(model_dir(NEIGHBOURS_MODEL))
             cached.classify("hello")
 
         threading.Thread(target=warm_up, name="voxline-classifier-warm-up", daemon=True).start()
