@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voxline.intents import Grammar, Match, normalize, recognize
-from voxline.paths import model_dir
 from voxline.intents.expression import SlotRef
 from voxline.intents.slots import Wildcard
+from voxline.paths import model_dir
 from voxline.server.intent_neighbours import IntentNeighbours, Neighbour
 
 log = logging.getLogger(__name__)
@@ -317,8 +317,10 @@ class LLMClassifier:
         if command == NONE:
             return Classification(None, command, prob, "none", time.perf_counter() - started)
         is_grounded = match is not None and grounded(match, text, self.grammar, lang)
-        # Only asked when it can change the verdict: a parsed, grounded command the model is unsure of.
-        unsure = match is not None and is_grounded and self.config.agree_min_prob <= prob < self.config.min_command_prob
+        # Only asked when it can change the verdict: a parsed, grounded command the model is unsure of, said in the
+        # language of the neighbours' sentences (the encoder is English-only).
+        unsure = (lang == COMMAND_LANG and match is not None and is_grounded
+                  and self.config.agree_min_prob <= prob < self.config.min_command_prob)
         neighbour = self._nearest(text) if unsure else None
         reason = accept(match, prob, is_grounded, self.config, neighbour)
         accepted = match if reason in ACCEPTED else None
