@@ -1,8 +1,8 @@
 """Sentence embeddings: all-MiniLM-L6-v2 (a 6-layer BERT, 384 dimensions, mean pooled, unit length), in numpy.
 
-The model comes from a registry package as safetensors and a `tokenizers` file (MODELS.md); at ~22 M parameters
-and a dozen tokens a sentence, a forward pass is a few small matrix products, so numpy runs it in milliseconds and
-the server needs neither torch nor an ONNX conversion for it. The forward pass is BERT's, written out: embeddings
+The model comes from a registry package as safetensors and a `tokenizers` file (README, "Models"); at ~22 M
+parameters and a dozen tokens a sentence, a forward pass is a few dozen small matrix products, so numpy runs it in
+tens of milliseconds and the server needs neither torch nor an ONNX conversion for it. The forward pass is BERT's, written out: embeddings
 (word + position + token type 0) and LayerNorm; per layer, 12-head self-attention with the padding masked, a
 residual LayerNorm, a GELU feed-forward and another residual LayerNorm; then the mean over the real tokens,
 normalised to unit length (sentence-transformers' `Pooling` mean and `Normalize` modules).
