@@ -65,6 +65,7 @@ def test_a_spoken_question_gets_a_spoken_reply(open_voxline, tmp_path):
     assert stages["first_audio"] == audio[0]["audio_t"]
     assert timings["timings"]["stages"]["tts"] > 0 and timings["timings"]["first_audio_sent_ms"] > 0, timings
     # The exchange, as `voxline:turn` reports it to hosts: idle once the reply's last sample has played.
+    vx.wait_for("ev.some(e => e.name === 'turn' && e.state === 'idle')", timeout_s=60)
     states = [(e["state"], e.get("outcome")) for e in vx.events("turn")]
     assert states[-4:] == [("deciding", None), ("server-pending", None), ("replying", None), ("idle", "reply")], states
     (played,) = [e for e in vx.events("reply-audio") if e.get("last")]
