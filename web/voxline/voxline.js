@@ -369,7 +369,7 @@ export class Voxline {
    */
   async #amend(turn, decoded) {
     const command = await this.#localCommand(decoded, this.settings.commandMinConfidence,
-      this.settings.localIntentMinConfidence);
+      this.settings.localIntentMinConfidence, true);
     const acted = turn.acted;
     if (!command?.complete || (command.match.intent === acted.intent && sameSlots(command.match.slots, acted.slots))) {
       return;
@@ -391,21 +391,33 @@ export class Voxline {
    * The local command a decode says, or null: its command reading when that reaches `readingGate` (grammar-aware
    * decoding; the command confidence is calibrated, see `commandMinConfidence`), else the free transcript when its
    * word confidence reaches `freeGate`; matched in the cache (words learned before) or by the grammar engine.
-   * `complete`: nothing longer could extend it (a learned command counts as complete: the server saw the same
-   * words as a whole turn).
+   * `complete` (asked for with `needComplete`): nothing longer could extend it (see #cachedCommand).
    * @returns {Promise<{text: string, confidence: number, match: object, source: 'cache'|'local',
-   *   complete: boolean}|null>}
+   *   complete?: boolean}|null>}
    */
-  async #localCommand(decoded, readingGate, freeGate) {
+  async #localCommand(decoded, readingGate, freeGate, needComplete = false) {
     const reading = decoded.command;
     const heard = reading && reading.confidence >= readingGate ? reading : decoded;
     if (!this.intents || heard.confidence < (heard === reading ? readingGate : freeGate)) return null;
     const { text, confidence } = heard;
     const cached = this.intents.peek(text);
-    if (cached) return { text, confidence, match: cached, source: 'cache', complete: true };
+    if (cached) return this.#cachedCommand(text, confidence, cached, needComplete);
     const result = await this.intents.recognize(text).catch(() => null);
     if (!result?.match) return null;
     return { text, confidence, match: result.match, source: 'local', complete: isCompleteCommand(result) };
+  }
+
+  /**
+   * A cache hit as a command. Words the server resolved count as complete (it saw them as a whole turn); words
+   * the grammar resolved before are as complete as the grammar says ("turn the volume down" can go on "to 30"),
+   * asked only when it matters (`needComplete`); the engine not there yet: not complete, the safe side.
+   */
+  async #cachedCommand(text, confidence, entry, needComplete) {
+    const command = { text, confidence, match: entry, source: 'cache' };
+    if (!needComplete) return command;
+    if (entry.source_of_entry !== 'local') return { ...command, complete: true };
+    const result = await this.intents.recognize(text).catch(() => null);
+    return { ...command, complete: isCompleteCommand(result) };
   }
 
   /** Act on a local command (the grammar's matches are learned, so the same words come from the cache next). */
@@ -419,8 +431,7 @@ export class Voxline {
    * a command acts before the turn is over, when its confidence reaches `pauseIntentMinConfidence` and the detector
    * has heard the silence its kind waits for (`command-silence`): a complete command that nothing longer could
    * extend `commandSilenceSecs`, one that could go on ("turn the volume down" … "to 30") `prefixCommandSilenceSecs`.
-   * A command learned from the server counts as complete (the server saw the same words as a whole turn). A
-   * partial, taken while the user still speaks, never acts: that would act on part of what was said.
+   * A partial, taken while the user still speaks, never acts: that would act on part of what was said.
    */
   async #earlyIntent(turn, decoded) {
     const gate = this.settings.pauseIntentMinConfidence;
@@ -428,8 +439,8 @@ export class Voxline {
     const stale = () => turn.ended || turn.final?.id !== decoded.id;
     const learned = decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
     const found = learned
-      ? { text: decoded.text, confidence: decoded.confidence, match: learned, source: 'cache', complete: true }
-      : await this.#localCommand(decoded, Math.max(gate, this.settings.commandMinConfidence), gate);
+      ? await this.#cachedCommand(decoded.text, decoded.confidence, learned, true)
+      : await this.#localCommand(decoded, Math.max(gate, this.settings.commandMinConfidence), gate, true);
     // stale: a pause the speaker talked over, a turn the final decides
     if (turn.dispatched || stale() || !found) return;
     const command = { ...found, kind: found.complete ? 'complete' : 'prefix' };
