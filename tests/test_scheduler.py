@@ -229,6 +229,52 @@ def test_a_full_queue_refuses_with_a_retry_hint_and_never_blocks():
         scheduler.close(5)
 
 
+def test_a_speculative_request_waits_in_the_lowest_lane_until_confirmed_and_keeps_its_arrival():
+    planner = BatchPlanner(CONFIG)
+    early = planner.add(request(), confidence=1.0, tier=5, now=0.0, speculative=True)
+    confirmed = planner.add(request(), confidence=1.0, tier=5, now=0.1)
+    assert early.lane.name == "bulk" and confirmed.lane.name == "high"
+    # While it is speculative, a confirmed request of the same priority goes first.
+    assert planner.take(0.2) == [confirmed]
+    later = planner.add(request(), confidence=1.0, tier=5, now=0.3)
+    planner.confirm(early)
+    assert early.lane.name == "high" and not early.speculative and early.queued_at == 0.0
+    # Confirmed, it leads its new lane by arrival: it is the oldest there.
+    assert planner.take(0.4) == [early, later]
+
+
+def test_an_idle_model_starts_a_speculative_request_at_once():
+    planner = BatchPlanner(CONFIG)
+    early = planner.add(request(), confidence=0.9, tier=3, now=0.0, speculative=True)
+    assert planner.take(0.0) == [early]
+
+
+def test_speculative_requests_give_way_under_load():
+    config = SchedulerConfig(queue_limit=4)
+    planner = BatchPlanner(config)
+    first = planner.add(request(), confidence=0.9, tier=3, now=0.0, speculative=True)
+    second = planner.add(request(), confidence=0.9, tier=3, now=0.1, speculative=True)
+    # Half the queue is taken: no more speculation, confirmed requests still come in.
+    with pytest.raises(Overloaded, match="not starting early"):
+        planner.add(request(), confidence=0.9, tier=3, now=0.2, speculative=True)
+    confirmed = [planner.add(request(), confidence=0.9, tier=3, now=0.3 + i / 10) for i in range(2)]
+    # The queue is full: a confirmed request takes the place of the newest speculative one, which fails.
+    newcomer = planner.add(request(), confidence=0.9, tier=3, now=0.6)
+    with pytest.raises(Overloaded, match="gave way"):
+        second.future.result(0)
+    assert not first.future.done() and len(planner) == 4
+    # With no speculative request left to drop, a full queue refuses as always.
+    planner.confirm(first)
+    with pytest.raises(Overloaded, match="try again"):
+        planner.add(request(), confidence=0.9, tier=3, now=0.7)
+    assert {id(t) for t in planner.take(1.0)} <= {id(t) for t in [first, *confirmed, newcomer]}
+
+
+def test_fifo_ignores_speculation():
+    fifo = SchedulerConfig.one_at_a_time()
+    assert fifo.lane_for(0.9, 3, speculative=True) is fifo.high
+
+
 def test_a_failing_batch_fails_its_requests_and_the_scheduler_goes_on():
     calls = []
 

@@ -75,6 +75,8 @@ SAMPLES: dict[type, object] = {
     p.AudioFrame: p.AudioFrame("pcm16", 100, b"\x00\x00"),
     p.AudioEnd: p.AudioEnd(turn_id=100),
     p.BargeIn: p.BargeIn(turn_id=100, played_ms=0.0),
+    p.TurnConfirm: p.TurnConfirm(turn_id=100),
+    p.TurnCancel: p.TurnCancel(turn_id=100),
     p.Bye: p.Bye(),
 }
 ILLEGAL = [(kind, state) for kind in SAMPLES for state in S if state not in ACCEPTS[kind]]
@@ -365,5 +367,138 @@ def test_barge_in_after_the_whole_reply_played_keeps_all_of_it(engines):
         total_ms = sum(c.duration_ms for c in session.last_turn.clauses)
         await session.dispatch(p.BargeIn(turn_id=1, played_ms=total_ms))
         assert session.history.exchanges[-1].assistant == reply
+
+    asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------------------------------------ speculative turns
+
+
+def speculative(turn_id: int, text: str) -> p.TurnStart:
+    return p.TurnStart(turn_id=turn_id, transcript=text, confidence=0.9, speculative=True)
+
+
+def test_a_speculative_turn_sends_nothing_until_confirmed_then_everything_in_order(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(speculative(1, "What is the capital of France?"))
+        turn = session.turn
+        await finish_turn(session)  # it answered in full while the user might still have been speaking
+        assert await sent(outbox) == [] and len(session.history) == 0
+        assert session.state in {S.THINKING, S.SPEAKING} and session.turn is turn
+        await session.dispatch(p.TurnConfirm(turn_id=1))
+        assert session.state is S.LISTENING and session.turn is None and session.last_turn is turn
+        frames = await sent(outbox)
+        kinds = types(frames)
+        assert kinds[-2:] == ["reply.done", "timings"] and "reply.delta" in kinds and "audio" in kinds
+        assert "Paris" in frames[-2]["text"] and session.history.exchanges[-1].assistant == frames[-2]["text"]
+        assert frames[-1]["confirmed_ms"] >= frames[-1]["llm_ms"]  # confirmed after the whole reply was ready
+        # The next turn is an ordinary one.
+        await session.dispatch(p.TextTurn(turn_id=2, text="And of Italy?"))
+        await finish_turn(session)
+        assert types(await sent(outbox))[-2:] == ["reply.done", "timings"]
+
+    asyncio.run(scenario())
+
+
+def test_a_confirmed_speculative_turn_streams_on_after_its_held_frames(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(speculative(1, STORY))
+        await until_first_clause_queued(session)
+        await session.dispatch(p.TurnConfirm(turn_id=1))
+        held = await sent(outbox)
+        assert "audio" in types(held) and "reply.done" not in types(held)
+        await finish_turn(session)
+        rest = types(await sent(outbox))
+        assert rest[-2:] == ["reply.done", "timings"] and session.state is S.LISTENING
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_speculative_turn_leaves_no_trace(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        metrics = engines.metrics
+        cancelled = metrics.registry.get_sample_value("voxline_speculative_turns_total", {"outcome": "cancelled"}) or 0
+        await session.dispatch(speculative(1, STORY))
+        turn = session.turn
+        await until_first_clause_queued(session)
+        await session.dispatch(p.TurnCancel(turn_id=1))
+        assert session.state is S.LISTENING and session.turn is None and turn.task.done() and turn.cancel.is_set()
+        assert await sent(outbox) == [] and len(session.history) == 0 and session.last_turn is None
+        assert metrics.registry.get_sample_value("voxline_speculative_turns_total",
+                                                 {"outcome": "cancelled"}) == cancelled + 1
+        assert metrics.registry.get_sample_value("voxline_speculative_wasted_tokens_total") >= turn.deltas > 0
+        await asyncio.sleep(0.2)
+        assert await sent(outbox) == []
+        # The user's real turn comes next, with a later id.
+        await session.dispatch(p.TextTurn(turn_id=2, text="What is the capital of France?"))
+        await finish_turn(session)
+        frames = await sent(outbox)
+        assert {f["turn_id"] for f in frames if isinstance(f, dict)} == {2}
+        assert [e.user for e in session.history.exchanges] == ["What is the capital of France?"]
+
+    asyncio.run(scenario())
+
+
+def test_a_speculative_command_is_held_too(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(speculative(1, "turn the volume down to 30%"))
+        await finish_turn(session)
+        assert await sent(outbox) == []
+        await session.dispatch(p.TurnConfirm(turn_id=1))
+        frames = await sent(outbox)
+        assert types(frames)[0] == "intent" and frames[0]["intent"] == "media.volume_set"
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("message", [
+    p.TurnStart(turn_id=1, transcript="hi", confidence=0.9, speculative=True, audio="pcm16"),
+    p.TurnStart(turn_id=1, transcript="hi", confidence=0.9, speculative=True, want_server_asr=True),
+])
+def test_a_speculative_turn_with_audio_is_refused(engines, message):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox, capabilities={"pcm16": True, "sample_rate": 16000})
+        await session.dispatch(message)
+        (error,) = await sent(outbox)
+        assert error["code"] == "bad_message" and "speculative" in error["message"]
+        assert session.state is S.LISTENING
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("message", [p.BargeIn(turn_id=1), p.TurnConfirm(turn_id=2), p.TurnCancel(turn_id=2)])
+def test_only_confirm_or_cancel_ends_a_speculative_turn(engines, message):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(speculative(1, STORY))
+        await session.dispatch(message)
+        (error,) = await sent(outbox)
+        assert error["code"] == "illegal_state" and error["turn_id"] == message.turn_id
+        assert session.turn.turn_id == 1 and session.turn.speculative
+        await session.dispatch(p.TurnCancel(turn_id=1))
+        assert session.state is S.LISTENING
+
+    asyncio.run(scenario())
+
+
+def test_confirm_of_an_ordinary_turn_is_illegal(engines):
+    async def scenario():
+        session, outbox = new_session(engines)
+        await hello(session, outbox)
+        await session.dispatch(p.TextTurn(turn_id=1, text=STORY))
+        await session.dispatch(p.TurnConfirm(turn_id=1))
+        frames = await sent(outbox)
+        assert any(isinstance(f, dict) and f.get("code") == "illegal_state" for f in frames)
+        await session.dispatch(p.BargeIn(turn_id=1))
 
     asyncio.run(scenario())

@@ -475,18 +475,29 @@ class RayTurnScheduler:
         return len(self._streaming)
 
     def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
-               session_id: str = "") -> Ticket:
-        """Send one reply to the LLM deployment; never blocks. `confidence` None means a typed turn."""
+               session_id: str = "", speculative: bool = False) -> Ticket:
+        """Send one reply to the LLM deployment; never blocks. `confidence` None means a typed turn.
+        `speculative` (the user may still be speaking): the replica's lowest lane until `confirm`."""
         with self._lock:
             if self._closed:
                 raise Overloaded("the server is shutting down; please reconnect in a moment",
                                  TurnScheduler.RETRY_MAX_MS)
             certain = 1.0 if confidence is None else confidence
-            lane = self.config.lane_for(certain, tier)
-            ticket = Ticket(request, certain, tier, lane, self._clock(), session_id, next(self._seq))
+            lane = self.config.lane_for(certain, tier, speculative)
+            ticket = Ticket(request, certain, tier, lane, self._clock(), session_id, next(self._seq),
+                            speculative=speculative)
             self._waiting[ticket] = lane.name
         self._loop.call_soon_threadsafe(self._start, ticket, confidence)
         return ticket
+
+    def confirm(self, ticket: Ticket) -> None:
+        """A speculative reply's turn was confirmed. It is already on its way to a replica, whose queue orders
+        by the lane it was sent with: only the local record changes (the lane counted in `depth`)."""
+        with self._lock:
+            ticket.speculative = False
+            if ticket in self._waiting:
+                ticket.lane = self.config.lane_for(ticket.confidence, ticket.tier)
+                self._waiting[ticket] = ticket.lane.name
 
     def withdraw(self, ticket: Ticket) -> None:
         """The turn was interrupted (or is over): cancel its stream, which stops the replica's request too."""

@@ -159,10 +159,12 @@ class SchedulerConfig:
         penalty = self.wait_penalty_per_ms * max(0.0, waited_ms - self.wait_grace_ms)
         return self.confidence_weight * confidence + self.tier_weight * tier_share - penalty
 
-    def lane_for(self, confidence: float, tier: int) -> Lane:
-        """The lane a new request joins."""
+    def lane_for(self, confidence: float, tier: int, speculative: bool = False) -> Lane:
+        """The lane a new request joins; a speculative one (the user may still be speaking) the lowest."""
         if self.fifo:
             return self.high
+        if speculative:
+            return self.bulk
         if self.low_confidence is not None and confidence < self.low_confidence_below:
             return self.low_confidence
         priority = self.priority(confidence, tier)
@@ -187,6 +189,8 @@ class Ticket:
     prompt_tokens: int = 0
     dispatched_at: float | None = None
     batch_size: int | None = None
+    speculative: bool = False
+    """Started before the user's turn was over (see `BatchPlanner.add`), until `confirm`."""
     future: Future[GenerationResult] = field(default_factory=Future)
 
     def waited_ms(self, now: float) -> float:
@@ -217,15 +221,47 @@ class BatchPlanner:
         return {name: len(queue) for name, queue in self._lanes.items()}
 
     def add(self, request: GenerationRequest, *, confidence: float, tier: int, now: float,
-            session_id: str = "", prompt_tokens: int = 0) -> Ticket:
-        """Queue a request in its lane; raises `Overloaded` when `queue_limit` requests are already waiting."""
-        if len(self) >= self.config.queue_limit:
+            session_id: str = "", prompt_tokens: int = 0, speculative: bool = False) -> Ticket:
+        """Queue a request in its lane; raises `Overloaded` when `queue_limit` requests are already waiting.
+
+        Speculative requests (the user may still be speaking; most are confirmed, some are cancelled) give way
+        under load: one is refused once half the queue is taken, and a confirmed request that finds the queue
+        full takes the place of the newest speculative one waiting, which fails with `Overloaded`.
+        """
+        waiting = len(self)
+        if speculative and waiting >= max(1, self.config.queue_limit // 2):
+            raise Overloaded(f"the server is busy ({waiting} replies waiting): not starting early", 0)
+        if waiting >= self.config.queue_limit and not self._evict_speculative():
             raise Overloaded(
-                f"the server is busy ({len(self)} replies waiting); please try again in a moment", 0)
-        lane = self.config.lane_for(confidence, tier)
-        ticket = Ticket(request, confidence, tier, lane, now, session_id, next(self._seq), prompt_tokens)
+                f"the server is busy ({waiting} replies waiting); please try again in a moment", 0)
+        lane = self.config.lane_for(confidence, tier, speculative)
+        ticket = Ticket(request, confidence, tier, lane, now, session_id, next(self._seq), prompt_tokens,
+                        speculative=speculative)
         self._lanes[lane.name].append(ticket)
         return ticket
+
+    def confirm(self, ticket: Ticket) -> None:
+        """The speculative request's turn is the user's: it waits (if it still does) in the lane its confidence
+        gives, with the time it has already waited."""
+        if not ticket.speculative:
+            return
+        ticket.speculative = False
+        lane = self.config.lane_for(ticket.confidence, ticket.tier)
+        if lane is not ticket.lane and self.remove(ticket):
+            ticket.lane = lane
+            queue = self._lanes[lane.name]
+            queue.append(ticket)
+            queue.sort(key=lambda t: t.seq)  # arrival order inside a lane: its oldest leads the batch
+
+    def _evict_speculative(self) -> bool:
+        """Drop the newest waiting speculative request for a confirmed one; False when none waits."""
+        waiting = [t for queue in self._lanes.values() for t in queue if t.speculative and not t.future.done()]
+        if not waiting:
+            return False
+        victim = max(waiting, key=lambda t: t.seq)
+        self.remove(victim)
+        victim.future.set_exception(Overloaded("the server is busy: a started-early reply gave way to others", 0))
+        return True
 
     def remove(self, ticket: Ticket) -> bool:
         """Take a ticket out of the queue (its turn was interrupted); False if it is not waiting any more."""
@@ -325,10 +361,11 @@ class TurnScheduler:
             return sum(self._running.values())
 
     def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
-               session_id: str = "") -> Ticket:
+               session_id: str = "", speculative: bool = False) -> Ticket:
         """Queue one reply; its `future` gets the `GenerationResult` (or the `LLMError`) when its batch is done.
 
         `confidence` None means a typed turn (certain). Raises `Overloaded` when the queue is full.
+        `speculative`: the user may still be speaking (see `BatchPlanner.add`); `confirm` when the turn is theirs.
         """
         tokens = self._prompt_tokens(request)  # tokenizing, outside the lock
         with self._wake:
@@ -341,12 +378,17 @@ class TurnScheduler:
             try:
                 ticket = self._planner.add(request, confidence=1.0 if confidence is None else confidence,
                                            tier=tier, now=self._clock(), session_id=session_id,
-                                           prompt_tokens=tokens)
+                                           prompt_tokens=tokens, speculative=speculative)
             except Overloaded as exc:
                 raise Overloaded(exc.message, self._retry_after_ms()) from None
             self._ensure_thread()
             self._wake.notify()
             return ticket
+
+    def confirm(self, ticket: Ticket) -> None:
+        """A speculative request's turn was confirmed: it stops giving way (see `BatchPlanner.confirm`)."""
+        with self._wake:
+            self._planner.confirm(ticket)
 
     def withdraw(self, ticket: Ticket) -> None:
         """The turn was interrupted: drop its request if it has not started (a running one stops via `cancel`)."""

@@ -90,6 +90,12 @@ class ServerMetrics:
         self.rejections = Counter("voxline_rejections", "Turns or connections refused", ["reason"], registry=r)
         self.slow_turns = Counter("voxline_slow_turns", "Turns above the recent P99, by dominating stage",
                                   ["stage"], registry=r)
+        self.speculative_turns = Counter(
+            "voxline_speculative_turns", "Speculative turns (started at a pause), by how they ended",
+            ["outcome"], registry=r)
+        self.speculative_wasted_tokens = Counter(
+            "voxline_speculative_wasted_tokens", "LLM tokens generated for speculative turns that were cancelled",
+            registry=r)
         self._slow = SlowTurns()
         self._children: dict[tuple, object] = {}
 
@@ -119,6 +125,12 @@ class ServerMetrics:
 
     def reject(self, reason: str) -> None:
         self.rejections.labels(reason).inc()
+
+    def speculation(self, outcome: str, wasted_tokens: int = 0) -> None:
+        """A speculative turn was confirmed or cancelled (`wasted_tokens`: what a cancelled one had generated)."""
+        self._child(self.speculative_turns, outcome).inc()
+        if wasted_tokens:
+            self.speculative_wasted_tokens.inc(wasted_tokens)
 
     def observe_turn(self, *, kind: str, outcome: str, total_ms: float, first_audio_ms: float | None,
                      stages: Mapping[str, float], describe: Callable[[], str]) -> None:

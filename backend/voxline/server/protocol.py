@@ -166,10 +166,27 @@ class TurnStart(msgspec.Struct, frozen=True, tag="turn.start", tag_field="type")
     """Re-recognise on the server even above the confidence gate."""
     opus: OpusConfig | None = None
     """Decoder configuration for `audio: "opus"` (defaults: 48 kHz mono, no description)."""
+    speculative: bool = False
+    """The user may not have finished (the page heard a pause): answer it, but send nothing of it until
+    `turn.confirm`; `turn.cancel` drops it without a trace. Only with a transcript, never with audio."""
 
 
 class AudioEnd(msgspec.Struct, frozen=True, tag="turn.audio_end", tag_field="type"):
     """No more audio frames for the current turn."""
+
+    turn_id: TurnId
+
+
+class TurnConfirm(msgspec.Struct, frozen=True, tag="turn.confirm", tag_field="type"):
+    """The speculative turn is the user's turn after all (the final transcript is the one it was sent with):
+    what the server held back goes out now, and the turn goes on as any other."""
+
+    turn_id: TurnId
+
+
+class TurnCancel(msgspec.Struct, frozen=True, tag="turn.cancel", tag_field="type"):
+    """The speculative turn is not the user's turn (they went on, or said something else): stop it; nothing of it
+    is sent and the dialog history never sees it."""
 
     turn_id: TurnId
 
@@ -192,7 +209,7 @@ class Bye(msgspec.Struct, frozen=True, tag="bye", tag_field="type"):
     """The client is leaving; the server closes with `CLOSE_NORMAL`."""
 
 
-ClientMessage = Hello | TurnStart | AudioEnd | BargeIn | TextTurn | Bye
+ClientMessage = Hello | TurnStart | TurnConfirm | TurnCancel | AudioEnd | BargeIn | TextTurn | Bye
 
 _client_decoder = msgspec.json.Decoder(ClientMessage)
 
@@ -268,6 +285,8 @@ class Timings(msgspec.Struct, frozen=True, tag="timings", tag_field="type", omit
     lane: str | None = None
     """The scheduler lane ("high", "normal", "bulk", "low_confidence", "fifo") that served the request."""
     total_ms: float | None = None
+    confirmed_ms: float | None = None
+    """A speculative turn: when `turn.confirm` came (its other marks count from its speculative start)."""
     stages: dict[str, float] | None = None
     """Durations (ms) of the path to the first reply audio: asr, intent, queue, prefill, decode, tts, transport.
     Their sum is `first_audio_sent_ms`; the largest is the stage that dominated (the slow-turn report)."""

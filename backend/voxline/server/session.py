@@ -103,6 +103,8 @@ ACCEPTS: dict[type, frozenset[SessionState]] = {
     p.AudioFrame: frozenset({_S.RECEIVING_AUDIO}),
     p.AudioEnd: frozenset({_S.RECEIVING_AUDIO}),
     p.BargeIn: _IN_TURN | {_S.LISTENING},
+    p.TurnConfirm: frozenset({_S.THINKING, _S.SPEAKING}),
+    p.TurnCancel: frozenset({_S.THINKING, _S.SPEAKING}),
     p.Bye: frozenset(set(_S) - {_S.CLOSED}),
 }
 """The states in which each inbound message is legal."""
@@ -309,6 +311,17 @@ class Turn:
     """The turn's LLM request in the scheduler: its queueing and batch."""
     error: str | None = None
     """The error code the turn failed with."""
+    held: list[Outbound] | None = None
+    """A speculative turn not yet confirmed: what it would have sent, held back (None: frames go out at once)."""
+    held_end: tuple[str, bool] | None = None
+    """A speculative turn that finished before its confirmation: its reply text and whether it was interrupted."""
+    deltas: int = 0
+    """Reply deltas generated (about one token each): the work a cancelled speculative turn wasted."""
+
+    @property
+    def speculative(self) -> bool:
+        """Started speculatively and not confirmed yet."""
+        return self.held is not None
 
     def mark_at(self, name: str, at: float) -> None:
         """Record `name` at perf_counter time `at` (a time taken on another thread)."""
@@ -356,6 +369,8 @@ class Session:
             p.AudioFrame: self._on_audio_frame,
             p.AudioEnd: self._on_audio_end,
             p.BargeIn: self._on_barge_in,
+            p.TurnConfirm: self._on_confirm,
+            p.TurnCancel: self._on_cancel,
             p.TextTurn: self._on_text,
             p.Bye: self._on_bye,
         }
@@ -398,6 +413,8 @@ class Session:
         if isinstance(message, p.Hello):
             return "hello is only the first message"
         turn = self.turn.turn_id if self.turn else None
+        if self.turn is not None and self.turn.speculative:
+            return f"send turn.confirm or turn.cancel for the speculative turn {turn} first"
         return {
             _S.HANDSHAKE: "send hello first",
             _S.LISTENING: "start a turn with turn.start or text first",
@@ -477,8 +494,12 @@ class Session:
                              "the kind that was, or none")
         if start.opus is not None:
             start.opus.description_bytes()  # a bad description is the client's error now, not an ASR failure later
+        if start.speculative and (start.audio is not None or start.want_server_asr):
+            raise BadMessage("turn.start: a speculative turn carries a confident transcript, no audio and no "
+                             "want_server_asr: send it as an ordinary turn")
         turn = Turn(start.turn_id, start.transcript, confidence=start.confidence, audio=start.audio,
-                    want_server_asr=start.want_server_asr, opus=start.opus or p.OpusConfig())
+                    want_server_asr=start.want_server_asr, opus=start.opus or p.OpusConfig(),
+                    held=[] if start.speculative else None)
         if start.audio is None:
             self._begin(turn)
         else:
@@ -515,8 +536,44 @@ class Session:
         self._claim_turn_id(message.turn_id)
         self._begin(Turn(message.turn_id, message.text))
 
+    async def _on_confirm(self, confirm: p.TurnConfirm) -> None:
+        turn = self._speculative_turn(confirm)
+        turn.mark("confirmed_ms")
+        if turn.ticket is not None:
+            self.engines.scheduler.confirm(turn.ticket)
+        held, turn.held = turn.held, None
+        for item in held:
+            self.outbox.put(item)
+        self.engines.metrics.speculation("confirmed")
+        if turn.held_end is not None:
+            reply, interrupted = turn.held_end
+            self._finish(turn, reply, interrupted=interrupted)
+
+    async def _on_cancel(self, cancel: p.TurnCancel) -> None:
+        turn = self._speculative_turn(cancel)
+        await _stop(turn, self.engines.scheduler)
+        self._drop_speculative(turn)
+
+    def _speculative_turn(self, message: p.TurnConfirm | p.TurnCancel) -> Turn:
+        turn = self.turn
+        if message.turn_id != turn.turn_id or not turn.speculative:
+            raise IllegalState(f"{_describe(message)} for turn {message.turn_id}, which is not an unconfirmed "
+                               f"speculative turn (turn {turn.turn_id} is in progress)")
+        return turn
+
+    def _drop_speculative(self, turn: Turn) -> None:
+        """End an unconfirmed speculative turn without a trace: nothing sent, no history, no turn metrics."""
+        self.engines.metrics.speculation("cancelled", turn.deltas)
+        turn.held, turn.chunks = None, []
+        if self.turn is turn:
+            self.turn = None
+            self.state = SessionState.LISTENING
+
     async def _on_barge_in(self, barge: p.BargeIn) -> None:
         if self.state in _IN_TURN:
+            if self.turn.speculative:
+                raise IllegalState(f"barge_in while turn {self.turn.turn_id} is speculative: send turn.cancel "
+                                   "for it instead")
             if barge.turn_id != self.turn.turn_id:
                 raise IllegalState(f"barge_in for turn {barge.turn_id} while in turn {self.turn.turn_id}: "
                                    f"send it with turn_id {self.turn.turn_id}")
@@ -601,7 +658,8 @@ class Session:
         heard = await asyncio.to_thread(work)
         turn.mark("asr_ms")
         if heard.text:
-            self._send(p.Transcript(turn_id=turn.turn_id, text=heard.text, confidence=round(heard.confidence, 3)))
+            self._send(p.Transcript(turn_id=turn.turn_id, text=heard.text, confidence=round(heard.confidence, 3)),
+                       turn)
         return heard
 
     async def _answer_command(self, turn: Turn, match: Match) -> None:
@@ -609,7 +667,7 @@ class Session:
         self._send(p.IntentMessage(
             turn_id=turn.turn_id, intent=match.intent, slots=dict(match.slots), text=match.text,
             confirmation=match.confirmation, grammar_version=self.engines.grammar.version,
-        ))
+        ), turn)
         if match.confirmation:
             turn.reply_text = match.confirmation
             await self._speak_clause(turn, match.confirmation, phrase=True)
@@ -628,7 +686,8 @@ class Session:
         )
         scheduler = self.engines.scheduler
         try:
-            turn.ticket = scheduler.submit(request, confidence=turn.confidence, tier=self.tier, session_id=self.id)
+            turn.ticket = scheduler.submit(request, confidence=turn.confidence, tier=self.tier, session_id=self.id,
+                                           speculative=turn.speculative)
         except Overloaded:
             self.engines.metrics.reject("overloaded")
             raise
@@ -643,7 +702,8 @@ class Session:
             while (delta := await deltas.get()) is not None:
                 turn.mark("llm_first_token_ms")
                 turn.reply_text += delta
-                self._send(p.ReplyDelta(turn_id=turn.turn_id, text=delta))
+                turn.deltas += 1
+                self._send(p.ReplyDelta(turn_id=turn.turn_id, text=delta), turn)
                 for clause in splitter.feed(delta):
                     turn.mark("first_clause_ms")
                     clauses.put_nowait(clause)
@@ -696,16 +756,20 @@ class Session:
             frame = p.encode_reply_audio(turn.turn_id, seq, index, pcm[offset:offset + step],
                                          clause_end=offset + step >= len(pcm))
             on_sent = (lambda: turn.mark("first_audio_sent_ms")) if seq == 0 else None
-            self.outbox.put(Outbound(frame, audio_turn=turn.turn_id, on_sent=on_sent))
+            self._put(Outbound(frame, audio_turn=turn.turn_id, on_sent=on_sent), turn)
 
     # ------------------------------------------------------------------------------------------------ endings
 
     def _finish(self, turn: Turn, reply: str, *, interrupted: bool = False) -> None:
-        """Close the turn: history, reply.done, timings, back to LISTENING (all in one step: no await)."""
+        """Close the turn: history, reply.done, timings, back to LISTENING (all in one step: no await).
+        A speculative turn not yet confirmed stays open, its ending kept for `turn.confirm`."""
+        if turn.speculative:
+            turn.held_end = (reply, interrupted)
+            return
         if turn.kind == "llm":
             self.history.add(turn.text, reply)
-        self._send(p.ReplyDone(turn_id=turn.turn_id, text=reply, interrupted=interrupted))
-        self.outbox.put(Outbound(lambda: self._timings(turn, interrupted)))
+        self._send(p.ReplyDone(turn_id=turn.turn_id, text=reply, interrupted=interrupted), turn)
+        self._put(Outbound(lambda: self._timings(turn, interrupted)), turn)
         turn.chunks = []  # its audio is spent: `last_turn` outlives the turn, the uploaded audio must not
         self.turn, self.last_turn = None, turn
         self.state = SessionState.LISTENING
@@ -716,7 +780,7 @@ class Session:
         turn.error = error.code
         turn.kind = None  # a failed exchange stays out of the history: the model would imitate its broken reply
         self._send(p.ErrorMessage(code=error.code, message=error.message, turn_id=turn.turn_id,
-                                  retry_after_ms=getattr(error, "retry_after_ms", None)))
+                                  retry_after_ms=getattr(error, "retry_after_ms", None)), turn)
         apology = BUSY_APOLOGY if isinstance(error, Overloaded) else APOLOGY
         if not isinstance(error, TTSError):
             try:
@@ -758,6 +822,8 @@ class Session:
         kind = turn.kind or ("failed" if turn.error else "empty")
         outcome = "failed" if turn.error else "interrupted" if interrupted else "ok"
         first_audio = turn.marks.get("first_audio_sent_ms")
+        if first_audio is not None and "confirmed_ms" in turn.marks:  # the user waited from the confirmation on
+            first_audio = max(first_audio - turn.marks["confirmed_ms"], 0.0)
         self.engines.metrics.observe_turn(
             kind=kind, outcome=outcome, total_ms=total_ms, first_audio_ms=first_audio, stages=stages,
             describe=lambda: f"{turn.turn_id} of session {self.id}")
@@ -797,8 +863,15 @@ class Session:
 
     # ------------------------------------------------------------------------------------------------ sending
 
-    def _send(self, message: p.ServerMessage) -> None:
-        self.outbox.put(Outbound(p.encode_message(message)))
+    def _send(self, message: p.ServerMessage, turn: Turn | None = None) -> None:
+        self._put(Outbound(p.encode_message(message)), turn)
+
+    def _put(self, item: Outbound, turn: Turn | None = None) -> None:
+        """Queue a frame of `turn` (None: of the session) for the client, or hold it while the turn is speculative."""
+        if turn is not None and turn.held is not None:
+            turn.held.append(item)
+        else:
+            self.outbox.put(item)
 
     def _reject(self, error: ProtocolError, turn_id: int | None = None) -> None:
         """Answer a bad or illegal frame; too many in a row means the peer does not speak this protocol."""
@@ -821,7 +894,7 @@ class Session:
             return
         await _stop(turn, self.engines.scheduler)
         if self.turn is turn:
-            await self._fail(turn, error)
+            await self._fail(turn, error)  # a speculative turn's is held: the client hears it if it confirms
 
     def end(self, error: VoxlineError, close_code: int) -> None:
         """Close from outside the protocol (idle timeout, server drain): `error`, then close with `close_code`;
@@ -831,7 +904,7 @@ class Session:
 
 
 _TIMING_MARKS = ("asr_ms", "intent_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",
-                 "first_audio_sent_ms", "llm_ms", "llm_queued_ms", "llm_batch_ms")
+                 "first_audio_sent_ms", "llm_ms", "llm_queued_ms", "llm_batch_ms", "confirmed_ms")
 _STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
                ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),
                ("transport", "first_audio_sent_ms"))
