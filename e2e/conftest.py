@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,23 @@ def open_voxline(browser_type, voxline_server):
     yield _open
     for page in opened:
         page.close()
+
+
+def settled_frames(payloads: list) -> list[dict]:
+    """A page's WebSocket text frames as the server ends up taking them. A speculative `turn.start` counts where
+    its `turn.confirm` was sent (when the turn became the user's), as a plain `turn.start` with `"confirmed":
+    true`; a cancelled one becomes `{"type": "cancelled", ...its turn.start}`; one still open stays as sent."""
+    messages = [json.loads(p) for p in payloads if isinstance(p, str)]
+    open_ = {m["turn_id"]: m for m in messages if m["type"] == "turn.start" and m.get("speculative")}
+    settled, out = set(), []
+    for m in messages:
+        if m["type"] == "turn.start" and m.get("speculative"):
+            continue
+        if m["type"] in ("turn.confirm", "turn.cancel") and m["turn_id"] in open_:
+            start = {k: v for k, v in open_[m["turn_id"]].items() if k != "speculative"}
+            settled.add(m["turn_id"])
+            out.append({**start, "confirmed": True} if m["type"] == "turn.confirm" else {**start, "type": "cancelled"})
+            continue
+        out.append(m)
+    out += [m for turn_id, m in open_.items() if turn_id not in settled]
+    return out

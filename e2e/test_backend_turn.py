@@ -14,7 +14,7 @@ from voxline.bench.browser import ServerThread, VoxlinePage
 from voxline.config import Settings
 from voxline.dialog import heard_text
 from voxline.server.session import REPLY_FRAME_MS
-from e2e.conftest import E2E_LLM
+from e2e.conftest import E2E_LLM, settled_frames
 
 
 ONE_CHUNK_S = REPLY_FRAME_MS / 1000
@@ -53,8 +53,9 @@ def test_a_spoken_question_gets_a_spoken_reply(open_voxline, tmp_path):
     ttfa_ms = 1000 * (audio[0]["audio_t"] - question.end_s)
     print(json.dumps({"browser_ttfa_ms": round(ttfa_ms), "reply": final["text"]}))
     assert 0 < ttfa_ms < 5000
-    sent = [json.loads(f) for f in vx.ws_sent if isinstance(f, str)]
-    assert [m["type"] for m in sent] == ["hello", "turn.start"]
+    # One turn: sent when the turn ended, or speculatively at the pause and confirmed when it ended.
+    sent = settled_frames(vx.ws_sent)
+    assert [m["type"] for m in sent] == ["hello", "turn.start"], sent
     assert sent[1]["transcript"].lower().startswith("what is the capital of france")
     # One timings event for the turn: the page's stages in order on the capture clock, and the server's own.
     (timings,) = vx.events("timings")
@@ -140,3 +141,30 @@ def test_with_the_backend_stopped_the_page_says_so_and_cached_commands_work(brow
         assert vx.page.locator("#state").get_attribute("data-state") == "offline"
     finally:
         vx.close()
+
+
+SPECULATE_AT_EVERY_PAUSE = "&vx.hangoverSecs=4&vx.turnCompleteProb=2&vx.speculativeMinConfidence=0.3"
+"""The turn ends only after 4 s of silence (smart-turn never ends it), and any transcript heard at a pause is
+sent speculatively: the 2.5 s pause inside the test's utterance always has its speculative turn, on any load."""
+
+
+def test_a_speculative_turn_the_user_talks_over_is_dropped_without_a_trace(open_voxline, tmp_path, voxline_server):
+    texts = ["what is the capital of france", "and what about spain"]
+    wav, _, duration_s = _wav(tmp_path, texts, gap_s=2.5, tail_s=10.0)
+    vx = open_voxline(wav, SPECULATE_AT_EVERY_PAUSE, before_goto=_record_timings)
+    vx.wait_for("ev.some(e => e.name === 'timings')", timeout_s=duration_s + 90)
+    frames = settled_frames(vx.ws_sent)
+    assert [m["type"] for m in frames] == ["hello", "cancelled", "turn.start"], frames
+    cancelled, turn = frames[1:]
+    assert cancelled["transcript"].lower().startswith("what is the capital of france"), cancelled
+    assert "spain" not in cancelled["transcript"].lower() and "spain" in turn["transcript"].lower(), frames
+    # Nothing of the cancelled turn reached the page (no message, no audio frame: its turn id is at bytes 4-7).
+    said = [json.loads(m) for m in vx.ws_received if isinstance(m, str)]
+    assert not [m for m in said if m.get("turn_id") == cancelled["turn_id"]], said
+    assert not [f for f in vx.ws_received if isinstance(f, bytes) and int.from_bytes(f[4:8], "little") ==
+                cancelled["turn_id"]]
+    assert {r["turn_id"] for r in vx.events("reply")} == {turn["turn_id"]}, vx.timeline()
+    # The server's dialog has the user's whole turn only.
+    (session,) = [s for s in voxline_server.server.config.app.state.sessions.values()
+                  if any("spain" in e.user.lower() for e in s.history.exchanges)]
+    assert [e.user for e in session.history.exchanges] == [turn["transcript"].strip()]

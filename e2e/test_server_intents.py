@@ -15,6 +15,7 @@ from voxline.bench.audio import RATE, compose, hibari, write_wav
 from voxline.bench.browser import RECORD_EVENTS, ServerThread, launch_chromium, wait_for_js
 from voxline.config import Settings
 from voxline.intents import builtin_grammar, recognize
+from e2e.conftest import settled_frames
 
 PARAPHRASE = "i'd like the lights on in the bedroom"
 PRODUCT_LLM = "qwen2.5-0.5b-instruct-ct2"
@@ -56,7 +57,7 @@ def test_a_paraphrase_is_resolved_by_the_server_then_answered_from_the_cache(bro
             ("lights.on", {"area": "bedroom"}, "server")], events
         assert not [e for e in events if e["name"] == "reply" and e["text"] and e["text"] != intents[0].get(
             "confirmation")], "a resolved command is never answered as chat"
-        assert [json.loads(f)["type"] for f in first_sent if isinstance(f, str)] == ["hello", "turn.start"]
+        assert [m["type"] for m in settled_frames(first_sent)] == ["hello", "turn.start"], first_sent
         first.close()
 
         second, second_sent = _page(context, qwen_server.url)

@@ -242,6 +242,35 @@ export class BackendLink {
     return turnId;
   }
 
+  /**
+   * Send a speculative turn (a confident transcript heard at a pause): the server starts on it and holds its
+   * answer until `confirmTurn`, or drops it on `cancelTurn`. Returns its id, or null when not connected.
+   */
+  sendSpeculativeTurn({ transcript, confidence }) {
+    if (!this.connected) return null;
+    const turnId = this.nextTurnId++;
+    this.socket.send(JSON.stringify({ type: 'turn.start', turn_id: turnId, transcript, confidence,
+      speculative: true }));
+    return turnId;
+  }
+
+  /**
+   * The speculative turn `turnId` is the user's turn: its answer comes now. False when it cannot be confirmed (the
+   * connection it was sent on has dropped: send the turn anew).
+   */
+  confirmTurn(turnId, transcript) {
+    if (!this.connected || turnId < this.sessionFirstTurnId) return false;
+    this.socket.send(JSON.stringify({ type: 'turn.confirm', turn_id: turnId }));
+    this.handlers.onTurnSent?.(turnId, transcript);
+    return true;
+  }
+
+  /** The speculative turn `turnId` is not the user's turn: nothing of it is ever sent back. */
+  cancelTurn(turnId) {
+    if (!this.connected || turnId < this.sessionFirstTurnId) return; // dropped with its connection
+    this.socket.send(JSON.stringify({ type: 'turn.cancel', turn_id: turnId }));
+  }
+
   /** The user spoke over the reply of `turnId` after hearing `playedMs` of it. */
   bargeIn(turnId, playedMs) {
     if (!this.connected || turnId < this.sessionFirstTurnId) return; // a turn of a dropped connection is over

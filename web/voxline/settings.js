@@ -86,6 +86,12 @@ export const DEFAULTS = Object.freeze({
   /** At a pause, a partial decode still running that already has all the speech becomes the final one, instead
    * of a new decode queued behind it (off: the previous design, for side-by-side benchmarks). */
   promotePartials: true,
+  /** Speculative turns: a transcript heard at a pause that neither the cache nor the grammar answers, with word
+   * confidence from `speculativeMinConfidence`, goes to the server at once; the server answers it but holds the
+   * answer until the turn ends with the same transcript (then it is confirmed, else cancelled without a sound).
+   * The LLM starts while the page still waits to be sure the user has finished. */
+  speculativeTurns: true,
+  speculativeMinConfidence: 0.78,
   /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */
   intentCacheMaxEntries: 500,
 

@@ -15,7 +15,9 @@
 // speaks, never acts.
 // Anything else goes to the server, with the turn's Opus audio when the transcript is not confident; the spoken
 // reply streams back and plays as it arrives, and speech during playback stops it at once (barge-in) and tells the
-// server how much was heard.
+// server how much was heard. A confident transcript at a pause that the device cannot answer goes to the server
+// speculatively (`speculativeTurns`): the LLM starts while the page waits to be sure the turn is over, and the
+// answer is held there until the page confirms the turn (same final transcript) or cancels it (anything else).
 
 /** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
 const TURN_AUDIO_WAIT_MS = 500;
@@ -91,6 +93,12 @@ export class Voxline {
     this.promotions = new Map();
     this.requestId = 0;
     this.listening = false;
+    /** @type {{turn: object, turnId: number, text: string}|null} the speculative server turn not yet settled */
+    this.speculation = null;
+    /** Server turns being sent (`#serverTurn` between its start and `sent`): no speculation goes out meanwhile. */
+    this.sendingTurns = 0;
+    /** Settles once the last barge-in has been sent: a speculative turn must not overtake it. */
+    this.bargeInSent = Promise.resolve();
   }
 
   /** Load models and start the workers; fires `voxline:ready` (never waits for the microphone). */
@@ -268,6 +276,7 @@ export class Voxline {
       if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#act(turn, waiting, { early: true });
     } else if (ev.type === 'resume') {
       if (turn.dispatched) turn.wentOn = true; // the speaker went on after a command acted: see #amend
+      this.#cancelSpeculation(turn); // what was heard at the pause is not the whole turn
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
       if (turn.final?.promoted) turn.partial = null;
       turn.final = null;
@@ -309,7 +318,10 @@ export class Voxline {
       this.decodes.delete(msg.id);
       this.#fail(msg.code, msg.message);
       // the decode the ended turn waited for: nothing to act on (its error said why)
-      if (turn?.ended && turn.final?.id === msg.id) this.#exchangeInput({ type: 'nothing' });
+      if (turn?.ended && turn.final?.id === msg.id) {
+        this.#cancelSpeculation(turn);
+        this.#exchangeInput({ type: 'nothing' });
+      }
       return;
     }
     if (msg.type === 'promoted') return this.#promoted(msg);
@@ -329,8 +341,8 @@ export class Voxline {
     turn.result = { ...msg, requestedAt, answeredAt: this.capture.audioTime };
     if (turn.ended) this.#finish(turn);
     // The pause's decode has all the speech so far, read with the grammar's help: a complete command in it need
-    // not wait for the turn's end.
-    else if (msg.text) this.#earlyIntent(turn, msg);
+    // not wait for the turn's end, and a question can start on the server.
+    else if (msg.text) this.#earlyIntent(turn, msg).then(() => this.#speculate(turn, msg));
   }
 
   /** The worker's answer to `promote`: a partial that finished (or was dropped) first needs a decode of its own. */
@@ -344,7 +356,10 @@ export class Voxline {
 
   #finish(turn) {
     const result = turn.result;
-    if (!result.text) return this.#exchangeInput({ type: 'nothing' }); // nothing intelligible: nothing to act on
+    if (!result.text) { // nothing intelligible: nothing to act on
+      this.#cancelSpeculation(turn);
+      return this.#exchangeInput({ type: 'nothing' });
+    }
     const rate = this.settings.sampleRate;
     this.events.emit(EVENTS.transcript, {
       text: result.text, final: true, confidence: result.confidence,
@@ -357,8 +372,10 @@ export class Voxline {
         // its answer came back
         requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
-    if (!turn.dispatched) this.#finalIntent(turn, result);
-    else if (turn.wentOn) this.#amend(turn, result);
+    const decided = !turn.dispatched ? this.#finalIntent(turn, result)
+      : turn.wentOn ? this.#amend(turn, result) : null;
+    // Only the server path confirms a speculation (#serverTurn): whatever else the turn became, it is cancelled.
+    Promise.resolve(decided).finally(() => this.#cancelSpeculation(turn));
   }
 
   /**
@@ -454,13 +471,43 @@ export class Voxline {
    * else the server's turn, with the free transcript (a question is not a command).
    */
   async #finalIntent(turn, decoded) {
-    const learned = this.intents && decoded.confidence >= this.settings.localIntentMinConfidence
-      ? this.intents.peek(decoded.text) : null;
-    if (learned) return this.#dispatch(turn, 'cache', decoded.text, decoded.confidence, learned);
-    const command = await this.#localCommand(decoded, this.settings.commandMinConfidence,
-      this.settings.localIntentMinConfidence);
+    const command = await this.#finalCommand(decoded);
     if (command) return this.#act(turn, command);
     return this.#serverTurn(turn, decoded.text, decoded.confidence);
+  }
+
+  /** The command the device answers a final transcript with (see #finalIntent), or null: the server's turn. */
+  async #finalCommand(decoded) {
+    const { text, confidence } = decoded;
+    const learned = this.intents && confidence >= this.settings.localIntentMinConfidence ? this.intents.peek(text)
+      : null;
+    if (learned) return { text, confidence, match: learned, source: 'cache' };
+    return this.#localCommand(decoded, this.settings.commandMinConfidence, this.settings.localIntentMinConfidence);
+  }
+
+  /**
+   * Speculative start: the pause's decode, if the turn ended now, would go to the server (neither the cache nor the
+   * grammar answers it: nothing leaves the device for a command it can answer) with a confident transcript. Send
+   * it now as a speculative turn, so the LLM works while the endpointer makes sure the user has finished; the
+   * turn's final transcript confirms it (#serverTurn) or anything else cancels it (#cancelSpeculation).
+   */
+  async #speculate(turn, decoded) {
+    const settings = this.settings;
+    const open = () => !turn.ended && !turn.dispatched && turn.final?.id === decoded.id && !this.speculation
+      && this.sendingTurns === 0 && this.exchange.serverTurn === null && this.link?.connected;
+    if (!settings.speculativeTurns || decoded.confidence < settings.speculativeMinConfidence || !open()) return;
+    if (await this.#finalCommand(decoded)) return;
+    await this.bargeInSent; // one turn at a time on the server: the one talked over must be ended first
+    if (!open()) return; // the turn ended (its final path decides), or the user went on, meanwhile
+    const turnId = this.link.sendSpeculativeTurn({ transcript: decoded.text, confidence: decoded.confidence });
+    if (turnId !== null) this.speculation = { turn, turnId, text: decoded.text };
+  }
+
+  /** The speculative turn sent for `turn` (if any) is not the user's turn: the server drops it without a trace. */
+  #cancelSpeculation(turn) {
+    if (this.speculation?.turn !== turn) return;
+    this.link?.cancelTurn(this.speculation.turnId);
+    this.speculation = null;
   }
 
   /**
@@ -494,6 +541,7 @@ export class Voxline {
       onStatus: (connected) => {
         this.backendConnected = connected;
         if (!connected) {
+          this.speculation = null; // the server dropped it with the connection
           this.#exchangeInput({ type: 'link-down' });
           this.turnTimings.linkDown();
         }
@@ -537,7 +585,7 @@ export class Voxline {
         const { type, phase, turnId, ...detail } = effect;
         this.events.emit(EVENTS.turn, { state: phase, ...detail, ...(turnId === undefined ? {} : { turn_id: turnId }) });
       } else if (effect.type === 'barge-in') {
-        bargedIn = this.#bargeIn(effect.turnId);
+        bargedIn = this.bargeInSent = this.#bargeIn(effect.turnId);
       } else if (effect.type === 'play') {
         if (effect.begin) this.player.begin(effect.turnId);
         this.player.push(effect.turnId, samples);
@@ -582,23 +630,38 @@ export class Voxline {
     });
   }
 
-  /** Hand the turn to the backend: the transcript, and its audio when the confidence is below the gate. */
+  /**
+   * Hand the turn to the backend: the transcript, and its audio when the confidence is below the gate; or, when
+   * this turn went out speculatively with the same transcript, confirm that (its answer is ready or under way).
+   */
   async #serverTurn(turn, text, confidence) {
-    if (this.link?.dormant) await this.link.wake(); // closed for idling: back for this turn
-    if (!this.link?.connected) {
-      this.#exchangeInput({ type: 'unreachable' });
-      this.#fail('backend_unreachable', this.serverUrl
-        ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'
-        : 'No Voxline server is configured: only local commands work.');
-      return;
+    this.sendingTurns += 1;
+    try {
+      if (this.link?.dormant) await this.link.wake(); // closed for idling: back for this turn
+      if (!this.link?.connected) {
+        this.#exchangeInput({ type: 'unreachable' });
+        this.#fail('backend_unreachable', this.serverUrl
+          ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'
+          : 'No Voxline server is configured: only local commands work.');
+        return;
+      }
+      const lowConfidence = confidence < this.settings.localIntentMinConfidence;
+      const audio = lowConfidence ? await this.#turnAudio(turn) : null;
+      // A speculation this turn does not confirm (another transcript, or another utterance's) ends before anything
+      // else is sent: the server holds one turn at a time.
+      const speculation = this.speculation;
+      const confirming = speculation?.turn === turn && speculation.text === text && !audio;
+      if (speculation && !confirming) this.#cancelSpeculation(speculation.turn);
+      await this.#exchangeInput({ type: 'sending' }); // the protocol allows one unfinished turn at a time
+      if (confirming) this.speculation = null;
+      const turnId = confirming && this.link.confirmTurn(speculation.turnId, text) ? speculation.turnId
+        : this.link.sendTurn({ transcript: text, confidence, audio });
+      this.#exchangeInput({ type: 'sent', turnId });
+      this.sentTurns.set(turnId, { text, reheard: false });
+      for (const old of this.sentTurns.keys()) if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
+    } finally {
+      this.sendingTurns -= 1;
     }
-    const lowConfidence = confidence < this.settings.localIntentMinConfidence;
-    const audio = lowConfidence ? await this.#turnAudio(turn) : null;
-    await this.#exchangeInput({ type: 'sending' }); // the protocol allows one unfinished turn at a time
-    const turnId = this.link.sendTurn({ transcript: text, confidence, audio });
-    this.#exchangeInput({ type: 'sent', turnId });
-    this.sentTurns.set(turnId, { text, reheard: false });
-    for (const old of this.sentTurns.keys()) if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
   }
 }
 
