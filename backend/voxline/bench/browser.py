@@ -143,10 +143,16 @@ class VoxlinePage:
         self.page.on("pageerror", lambda err: self.console.append(f"pageerror: {err}"))
         self.ws_sent: list[str | bytes] = []
         """Every WebSocket frame the page sent, in order (the hello included)."""
-        self.page.on("websocket", lambda ws: ws.on("framesent", lambda payload: self.ws_sent.append(payload)))
+        self.ws_received: list[str | bytes] = []
+        """Every WebSocket frame the page received, in order."""
+        self.page.on("websocket", self._watch_socket)
         if before_goto is not None:
             before_goto(self.page)
         self.page.goto(f"{base_url}/?autostart=1{query}")
+
+    def _watch_socket(self, ws) -> None:
+        ws.on("framesent", lambda payload: self.ws_sent.append(payload))  # playwright wraps only Python functions
+        ws.on("framereceived", lambda payload: self.ws_received.append(payload))
 
     def events(self, name: str | None = None) -> list[dict]:
         events = self.page.evaluate("window.__vx")
