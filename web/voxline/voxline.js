@@ -645,8 +645,9 @@ export class Voxline {
           : 'No Voxline server is configured: only local commands work.');
         return;
       }
-      const lowConfidence = confidence < this.settings.localIntentMinConfidence;
-      const audio = lowConfidence ? await this.#turnAudio(turn) : null;
+      // The server re-recognises below its own gate (`welcome`); the audio goes with every turn it will use it for.
+      const gate = Math.max(this.settings.localIntentMinConfidence, this.link.session?.limits?.asr_confidence_gate ?? 0);
+      const audio = confidence < gate && this.opus ? await this.#turnAudio(turn) : null;
       // A speculation this turn does not confirm (another transcript, or another utterance's) ends before anything
       // else is sent: the server holds one turn at a time.
       const speculation = this.speculation;
