@@ -280,10 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cutoffs.add_argument("--llm", default="smollm2-135m-instruct-ct2", help="server LLM (answers questions)")
     bench_cutoffs.add_argument("--json-out", type=Path, metavar="FILE", help="also write every outcome")
     bench_cutoffs.set_defaults(func=_cmd_bench)
-    bench_turn = bench.add_parser("turn", help="first reply audio: server (vs non-streaming) and browser TTFA")
-    bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20)")
-    bench_turn.add_argument("--browser", type=int, default=0, metavar="N", help="also N spoken questions in Chromium")
-    bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2")
+    bench_turn = bench.add_parser(
+        "turn", help="first reply audio: server (vs non-streaming); browser TTFA and keyword accuracy",
+        description="Server: first reply audio of typed turns beside the non-streaming pipeline. --browser N: N "
+                    "questions of a held-out set spoken by synthetic voices through the demo page in Chromium: end "
+                    "of speech -> first reply audio and -> turn over, keyword accuracy of the replies, missed turns, "
+                    "the server's speculation counters; --baseline-query hears the same pages with other page "
+                    "settings in the same run. JSON on stdout, the replies not right on stderr.")
+    bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20; 0: none)")
+    bench_turn.add_argument("--browser", type=int, default=0, metavar="N",
+                            help="also N spoken questions of --set in Chromium, spread evenly over it")
+    bench_turn.add_argument("--set", type=Path, default=None, metavar="FILE",
+                            help="questions with expected keywords, one JSON object a line (default "
+                                 "voxline/bench/sets/questions-en.jsonl)")
+    bench_turn.add_argument("--voices", action="append", metavar="A,B",
+                            help="voices for --browser (default espeak-gb,hibari-1; see bench intents --help)")
+    bench_turn.add_argument("--baseline-query", metavar="QUERY",
+                            help="--browser: also the page with these settings, alternating, e.g. "
+                                 "'&vx.speculativeTurns=false'")
+    bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2",
+                            help="server LLM (default %(default)s; smollm2-135m-instruct-ct2 for speed)")
     bench_turn.set_defaults(func=_cmd_bench)
     bench_classify = bench.add_parser(
         "classify", help="the server's intent classifier on text: paraphrases and out-of-domain, beside 'off'")

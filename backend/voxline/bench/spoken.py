@@ -144,11 +144,13 @@ class Page:
 def run_pages(
     pages: list[Page], configs: list[Config], rounds: int, *, llm: str | None,
     on_page: Callable[[str, Page, list[dict], list[str]], None] | None = None,
+    before_page: Callable[[str, str, Page], None] | None = None,
 ) -> dict[str, list[tuple[Page, list[dict]]]]:
     """Every page heard by a fresh browser once per configuration and round, configurations alternating page by
     page (A B, then B A), each on its own server (a configuration may change server settings). Returns, per
     configuration, (page, events) in the order heard; `on_page` is called after each with its events and the
-    page's console errors (a page whose engine failed to load answers nothing locally: the reader must know)."""
+    page's console errors (a page whose engine failed to load answers nothing locally: the reader must know);
+    `before_page` before each, with the configuration's server URL (to read its /metrics around the page)."""
     from contextlib import ExitStack
 
     from playwright.sync_api import sync_playwright
@@ -167,6 +169,8 @@ def run_pages(
                 order = configs if turn % 2 == 0 else configs[::-1]
                 turn += 1
                 for config in order:
+                    if before_page is not None:
+                        before_page(config.name, servers[config.name].url, page)
                     browser_page = VoxlinePage(pw.chromium, servers[config.name].url, page.wav, config.query)
                     try:
                         browser_page.wait_until_heard(page.duration_s)

@@ -1,19 +1,29 @@
-"""`voxline bench turn`: time to first reply audio, on the server and in the browser.
+"""`voxline bench turn`: time to first reply audio, on the server and in the browser, and whether the reply was right.
 
 Server: a real `voxline serve` (uvicorn, loopback) and a real WebSocket client; each question is sent the way the
 page sends a finished utterance (`turn.start` with a confident transcript), and the clock runs from that send to the
 first reply audio frame received. The baseline, in the same run and alternating question by question, is the
 non-streaming pipeline: the whole reply from the same LLM, then TTS of all of it.
 
-Browser (`--browser N`): N spoken questions (hibari) through Chromium's fake microphone; TTFA is end of speech →
-`voxline:reply-audio` on the capture clock.
+Browser (`--browser N`): N questions of a held-out set (`sets/questions-en.jsonl`, each with the keywords a right
+answer contains) spoken by synthetic voices through Chromium's fake microphone, on the capture clock: end of speech
+→ first `voxline:reply-audio`, → `speech-end` (turn over), and keyword accuracy of the turn's final
+`voxline:reply`, so that a faster path that answers worse is caught. `--baseline-query` hears every page a second
+time with those page settings, pages alternating, each side on its own server; the servers' speculation counters
+(/metrics) are read around every page. Each page is one session, so the dialog's history grows over its questions
+as it does for a user who asks several in a row (a turn that should have left no trace and did would show here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+import sys
 import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
 from voxline.bench.stats import ratio, summary
 
@@ -93,32 +103,336 @@ def server_run(llm: str, count: int) -> dict:
     }
 
 
-def browser_run(llm: str, count: int) -> dict:
-    from voxline.bench.spoken import match, render, run_configs
+# --- Browser: a held-out question set, spoken, with keyword scoring. The set's format: sets/README.md. ---
 
-    questions = QUESTIONS[:count]
-    placed, runs = run_configs(render([q.rstrip("?.").lower() for q in questions]), {"voxline": ""}, 1,
-                               llm=llm, gap_s=9.0)
-    ttfa, end, missed = [], [], 0
-    for events in runs["voxline"]:
-        for truth in placed:
-            audio = match(events, "reply-audio", truth, after=0.0, within=8.0, where=lambda e: e.get("first", False))
-            turn_end = match(events, "speech-end", truth)
-            if audio is None:
-                missed += 1
-                continue
-            ttfa.append(1000 * (audio["audio_t"] - truth.end_s))
-            if turn_end:
-                end.append(1000 * (turn_end["audio_t"] - truth.end_s))
-    return {"questions": len(placed), "browser_ttfa_ms": summary(ttfa), "eos_to_turn_end_ms": summary(end),
-            "missed": missed}
+DEFAULT_SET = Path(__file__).parent / "sets" / "questions-en.jsonl"
+KINDS = ("fact", "definition", "arithmetic", "how-to", "advice")
+DEFAULT_VOICES = ("espeak-gb", "hibari-1")
+PAGE_QUESTIONS = 12  # one Chromium run takes about three minutes
+GAP_S = 12.0
+"""Silence after each question: the reply starts playing and is generated (its text complete) before the next
+question barges in on it. A reply that starts later is never heard (a missed turn), and one cut off sooner keeps
+only what was heard, which would be scored. At 10 s, Qwen2.5 0.5B on a loaded 2-core machine missed 2 of 12."""
+TAIL_S = 4.0
+SPECULATIVE_TURNS = "voxline_speculative_turns_total"
+"""Server counter, label `outcome`: `confirmed` (the turn did end; the early start was kept) or `cancelled`."""
+SPECULATIVE_WASTED_TOKENS = "voxline_speculative_wasted_tokens_total"
+"""Server counter: tokens generated for speculative turns that were cancelled."""
+SPECULATION_KEYS = ("confirmed", "cancelled", "wasted_tokens")
+METRICS_TIMEOUT_S = 5.0
+MAX_WRONG_REPORTED = 40
+
+
+@dataclass(frozen=True)
+class Question:
+    """One line of a question set."""
+
+    text: str
+    expect: tuple[str, ...]
+    """Keywords, lowercase: a reply containing any one of them (as whole words) is right."""
+    kind: str
+
+
+class QuestionSetError(ValueError):
+    """Raised when a question set file is malformed (the message names the line)."""
+
+
+def load_questions(path: Path) -> list[Question]:
+    questions = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise QuestionSetError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict) or set(row) != {"text", "expect", "kind"}:
+            raise QuestionSetError(f"{where}: expected an object with text, expect and kind")
+        if not isinstance(row["text"], str) or not row["text"].strip():
+            raise QuestionSetError(f"{where}: text must be a non-empty string")
+        expect = row["expect"]
+        if not isinstance(expect, list) or not expect or not all(
+                isinstance(k, str) and words(k) and k == k.lower() for k in expect):  # "" would match anything
+            raise QuestionSetError(f"{where}: expect must be a non-empty list of lowercase keywords")
+        if row["kind"] not in KINDS:
+            raise QuestionSetError(f"{where}: kind must be one of {', '.join(KINDS)}")
+        questions.append(Question(row["text"], tuple(expect), row["kind"]))
+    return questions
+
+
+def words(text: str) -> str:
+    """Lowercase words separated by single spaces: punctuation, hyphens and apostrophes split words ("fifty-six" →
+    "fifty six"); inside a number a decimal point stays and a thousands comma goes ("1,000.5" → "1000.5")."""
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text.lower())
+    text = re.sub(r"(?<!\d)\.|\.(?!\d)", " ", text)
+    return " ".join(re.sub(r"[^\w.]+|_", " ", text).split())
+
+
+def is_right(reply: str | None, expect: tuple[str, ...]) -> bool:
+    """Whether `reply` contains one of the keywords as whole words ("8" is not found in "18", nor "au" in "because")."""
+    if not reply:
+        return False
+    said = f" {words(reply)} "
+    return any(f" {words(keyword)} " in said for keyword in expect)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One question as heard in one page: where its speech sits and until when an answer counts as its own."""
+
+    question: Question
+    voice: str
+    start_s: float
+    end_s: float
+    until_s: float
+    """The next question's start: a reply that has not started playing by then is barged in on, never heard."""
+
+
+def build_pages(questions: list[Question], voices: list[str],
+                folder: Path) -> tuple[list, dict[tuple[str, int], Asked]]:
+    """Every question in every voice, in file order, PAGE_QUESTIONS to a page WAV. Returns the pages and, per
+    (page label, clip index), what was asked there."""
+    from voxline.bench import audio as test_audio
+    from voxline.bench.intents import ENGINE_START_S
+    from voxline.bench.spoken import VOICES, Page, render_voice
+
+    pages, asked = [], {}
+    for voice_name in voices:
+        for number in range(0, len(questions), PAGE_QUESTIONS):
+            chunk = questions[number:number + PAGE_QUESTIONS]
+            samples, placed = test_audio.compose([(q.text, render_voice(q.text, VOICES[voice_name])) for q in chunk],
+                                                 lead_s=ENGINE_START_S, gap_s=GAP_S, tail_s=TAIL_S, seed=number)
+            label = f"{voice_name}/{number // PAGE_QUESTIONS}"
+            wav = test_audio.write_wav(folder / f"{label.replace('/', '-')}.wav", samples)
+            pages.append(Page(label, wav, len(samples) / test_audio.RATE, placed))
+            for index, (question, at) in enumerate(zip(chunk, placed)):
+                until = placed[index + 1].start_s if index + 1 < len(placed) else at.end_s + GAP_S
+                asked[(label, index)] = Asked(question, voice_name, at.start_s, at.end_s, until)
+    return pages, asked
+
+
+def score(asked: Asked, events: list[dict]) -> dict:
+    """The outcome of one question from the page's events (`audio_t` on the capture clock).
+
+    The answer is the first `reply-audio {first}` between the end of the question's speech and the next question;
+    its text is the final `reply` of the same `turn_id` (the last partial one when the page closed before it). Reply
+    audio that started inside the question (a turn ended in the middle of it) is counted apart and never taken as
+    the answer. With no reply audio, the text is that of the last final reply of a turn whose speech ended within
+    the question's span (a reply without sound is still scored, but the turn counts as missed).
+    """
+    from voxline.bench.cutoffs import CUT_MARGIN_S
+    from voxline.bench.intents import turn_ends
+
+    starts = [e for e in events if e["name"] == "reply-audio" and e.get("first")]
+    audio = next((e for e in starts if asked.end_s <= e["audio_t"] < asked.until_s), None)
+    early = any(asked.start_s <= e["audio_t"] < asked.end_s for e in starts)
+    over = next((e for e in events if e["name"] == "speech-end" and e["audio_t"] < asked.until_s
+                 and e.get("end_t", e["audio_t"]) >= asked.end_s - CUT_MARGIN_S), None)
+    ends = turn_ends(events)
+    heard = [e["text"] for e, end in zip(events, ends) if e["name"] == "transcript" and e.get("final")
+             and asked.start_s <= end < asked.until_s]
+    reply = None
+    if audio is not None and audio.get("turn_id") is not None:
+        own = [e for e in events if e["name"] == "reply" and e.get("turn_id") == audio["turn_id"]]
+        reply = next((e for e in own if e.get("final")), own[-1] if own else None)
+    elif audio is None:
+        reply = next((e for e, end in reversed(list(zip(events, ends)))
+                      if e["name"] == "reply" and e.get("final") and (e.get("text") or "").strip()
+                      and asked.start_s <= end < asked.until_s), None)
+    text = reply.get("text") if reply else None
+    return {
+        "text": asked.question.text, "kind": asked.question.kind, "voice": asked.voice,
+        "eos_to_first_audio_ms": round(1000 * (audio["audio_t"] - asked.end_s), 1) if audio else None,
+        "eos_to_turn_over_ms": round(1000 * (over["audio_t"] - asked.end_s), 1) if over else None,
+        "heard": " | ".join(heard) or None, "reply": text, "right": is_right(text, asked.question.expect),
+        "missed": audio is None,
+        "audio_before_end": early,
+    }
+
+
+def _rate(hits: int, n: int) -> float | None:
+    return round(hits / n, 4) if n else None
+
+
+def figures(outcomes: list[dict]) -> dict:
+    """Latency, keyword accuracy (over every question asked: a missed turn is not right) and missed turns."""
+    right = sum(o["right"] for o in outcomes)
+    return {
+        "n": len(outcomes),
+        "eos_to_first_audio_ms": summary([o["eos_to_first_audio_ms"] for o in outcomes
+                                          if o["eos_to_first_audio_ms"] is not None]),
+        "eos_to_turn_over_ms": summary([o["eos_to_turn_over_ms"] for o in outcomes
+                                        if o["eos_to_turn_over_ms"] is not None]),
+        "keyword_accuracy": _rate(right, len(outcomes)), "right": right,
+        "missed": sum(o["missed"] for o in outcomes),
+        "audio_before_end": sum(o["audio_before_end"] for o in outcomes),
+    }
+
+
+def side_report(outcomes: list[dict], speculation: dict | None) -> dict:
+    """One configuration: figures over all its questions, per voice, keyword accuracy per kind, and the server's
+    speculation counters over its pages (null where the server has no such metric)."""
+    return figures(outcomes) | {
+        "by_voice": {v: figures([o for o in outcomes if o["voice"] == v])
+                     for v in sorted({o["voice"] for o in outcomes})},
+        "keyword_accuracy_by_kind": {k: _rate(sum(o["right"] for o in outcomes if o["kind"] == k),
+                                              sum(o["kind"] == k for o in outcomes))
+                                     for k in KINDS if any(o["kind"] == k for o in outcomes)},
+        "speculation": speculation,
+    }
+
+
+def compare(report: dict, ours: str, base: str) -> dict:
+    """`ours` against `base`: latency ratios (below 1: faster) and the difference in keyword accuracy."""
+    a, b = report[ours], report[base]
+    accuracy = (round(a["keyword_accuracy"] - b["keyword_accuracy"], 4)
+                if a["keyword_accuracy"] is not None and b["keyword_accuracy"] is not None else None)
+    return {"of": f"{ours} / {base}",
+            "first_audio_p50": ratio(a["eos_to_first_audio_ms"], b["eos_to_first_audio_ms"]),
+            "first_audio_p95": ratio(a["eos_to_first_audio_ms"], b["eos_to_first_audio_ms"], "p95"),
+            "turn_over_p50": ratio(a["eos_to_turn_over_ms"], b["eos_to_turn_over_ms"]),
+            "keyword_accuracy_difference": accuracy,
+            "missed_difference": a["missed"] - b["missed"]}
+
+
+def parse_speculation(text: str) -> dict:
+    """The speculation counters in a Prometheus text exposition; a key is None when its metric is absent (a
+    labelled counter that exists but has never counted reads 0)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict = dict.fromkeys(SPECULATION_KEYS)
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError:
+        return out
+    for family in families:
+        # prometheus_client names a counter's family without `_total`; other exporters keep it
+        if family.name in (SPECULATIVE_TURNS, SPECULATIVE_TURNS.removesuffix("_total")):
+            out["confirmed"] = out["confirmed"] or 0.0
+            out["cancelled"] = out["cancelled"] or 0.0
+            for sample in family.samples:
+                if sample.name == SPECULATIVE_TURNS and sample.labels.get("outcome") in ("confirmed", "cancelled"):
+                    out[sample.labels["outcome"]] += sample.value
+        elif family.name in (SPECULATIVE_WASTED_TOKENS, SPECULATIVE_WASTED_TOKENS.removesuffix("_total")):
+            out["wasted_tokens"] = sum(s.value for s in family.samples if s.name == SPECULATIVE_WASTED_TOKENS)
+    return out
+
+
+def read_speculation(server_url: str) -> dict:
+    """The server's speculation counters now; all None when /metrics cannot be read (never an error)."""
+    try:
+        with urllib.request.urlopen(server_url + "/metrics", timeout=METRICS_TIMEOUT_S) as response:
+            return parse_speculation(response.read().decode("utf-8", "replace"))
+    except OSError:
+        return dict.fromkeys(SPECULATION_KEYS)
+
+
+def add_difference(total: dict | None, before: dict, after: dict) -> dict:
+    """`total` plus what the counters rose by between `before` and `after`; a key stays None once it was missing on
+    either side of any page (a partial sum would read as a measurement)."""
+    out = {}
+    for key in SPECULATION_KEYS:
+        so_far = 0 if total is None else total[key]
+        missing = so_far is None or before[key] is None or after[key] is None
+        value = None if missing else so_far + after[key] - before[key]
+        out[key] = int(value) if value is not None and float(value).is_integer() else value
+    return out
+
+
+def browser_configs(voices: list[str], baseline_query: str | None) -> list:
+    """Today's page, and the baseline's when a query is given; ValueError for an unknown voice or page setting."""
+    from voxline.bench.intents import missing_baseline_settings
+    from voxline.bench.spoken import VOICES, Config
+
+    unknown = [v for v in voices if v not in VOICES]
+    if unknown:
+        raise ValueError(f"unknown voice(s) {', '.join(unknown)}; have {', '.join(VOICES)}")
+    configs = [Config("voxline")] + ([Config("baseline", query=baseline_query)] if baseline_query else [])
+    # The page refuses a setting it does not know: both sides would then answer nothing.
+    missing = missing_baseline_settings(configs)
+    if missing:
+        raise ValueError(f"--baseline-query: this checkout has no {', '.join(missing)}")
+    return configs
+
+
+def browser_run(llm: str, count: int, *, voices: list[str] | None = None, set_path: Path = DEFAULT_SET,
+                baseline_query: str | None = None, progress=None) -> tuple[dict, list[dict]]:
+    """The set's first `count` questions (spread evenly over the file) in every voice through the demo page, beside
+    the page with `baseline_query` when given; returns the report and every outcome."""
+    import tempfile
+
+    from voxline.bench.intents import limit_items
+    from voxline.bench.spoken import run_pages
+
+    voices = list(voices or DEFAULT_VOICES)
+    configs = browser_configs(voices, baseline_query)
+    questions = limit_items(load_questions(set_path), count)
+    outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
+    speculation: dict[str, dict | None] = {c.name: None for c in configs}
+    counters_before: dict[str, tuple[str, dict]] = {}
+    problems: dict[str, dict[str, int]] = {c.name: {} for c in configs}
+
+    def before_page(config: str, server_url: str, page) -> None:
+        counters_before[config] = (server_url, read_speculation(server_url))
+
+    def on_page(config: str, page, events: list[dict], console_errors: list[str]) -> None:
+        server_url, before = counters_before.pop(config)
+        speculation[config] = add_difference(speculation[config], before, read_speculation(server_url))
+        for index in range(len(page.placed)):
+            outcomes[config].append(score(asked[(page.label, index)], events) | {"config": config})
+        for line in console_errors + [f"voxline:error {e.get('code')}: {e.get('message')}"
+                                      for e in events if e["name"] == "error"]:
+            problems[config][line[:200]] = problems[config].get(line[:200], 0) + 1
+        if progress is not None:
+            progress(f"{config} {page.label}: {len(page.placed)} questions heard")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pages, asked = build_pages(questions, voices, Path(tmp))
+        run_pages(pages, configs, 1, llm=llm, on_page=on_page, before_page=before_page)
+    report = {"set": str(set_path), "questions": len(questions), "voices": voices,
+              "speech": "synthetic voices (espeak-ng, hibari): a proxy for real speakers", "pages": len(pages),
+              "configs": {c.name: {"page_query": c.query} for c in configs},
+              "page_problems": {name: dict(sorted(seen.items(), key=lambda kv: -kv[1])[:10])
+                                for name, seen in problems.items()}}
+    for config in configs:
+        report[config.name] = side_report(outcomes[config.name], speculation[config.name])
+    if baseline_query:
+        report["voxline_vs_baseline"] = compare(report, "voxline", "baseline")
+    return report, [o for name in outcomes for o in outcomes[name]]
+
+
+def wrong_lines(outcomes: list[dict]) -> list[str]:
+    """One line per question not answered right: config, voice, question, what the page heard (its final
+    transcripts, the server's among them), the reply (or that there was none)."""
+    return [f"{o['config']}\t{o['voice']}\t{o['text']!r}\theard {o.get('heard')!r}\t"
+            + (f"reply {o['reply']!r}" if o["reply"] else "no reply")
+            + ("\t(missed: no reply audio)" if o["missed"] else "")
+            for o in outcomes if not o["right"]]
 
 
 def main(args) -> int:
     started = time.monotonic()
-    report = {"benchmark": "turn", "server": server_run(args.llm, args.questions)}
-    if args.browser:
-        report["browser"] = browser_run(args.llm, args.browser)
+    voices = [v for part in args.voices for v in part.split(",") if v] if getattr(args, "voices", None) else None
+    set_path = getattr(args, "set", None) or DEFAULT_SET
+    report = {"benchmark": "turn", "llm": args.llm}
+    try:
+        if args.browser:  # checked before the server part, which takes minutes
+            load_questions(set_path)
+            browser_configs(voices or list(DEFAULT_VOICES), args.baseline_query)
+        if args.questions:
+            report["server"] = server_run(args.llm, args.questions)
+        if args.browser:
+            report["browser"], outcomes = browser_run(
+                args.llm, args.browser, voices=voices, set_path=set_path, baseline_query=args.baseline_query,
+                progress=lambda line: print(line, file=sys.stderr, flush=True))
+            wrong = wrong_lines(outcomes)
+            print(f"\n{len(wrong)} not right of {len(outcomes)} (config, voice, question, heard, reply):",
+                  file=sys.stderr)
+            print("\n".join(wrong[:MAX_WRONG_REPORTED]), file=sys.stderr)
+    except (ValueError, FileNotFoundError) as error:
+        print(f"voxline bench turn: {error}", file=sys.stderr)
+        return 2
     report["wall_s"] = round(time.monotonic() - started, 1)
     print(json.dumps(report, indent=1))
     return 0
