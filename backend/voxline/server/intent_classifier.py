@@ -38,7 +38,7 @@ from voxline.intents import Grammar, Match, normalize, recognize
 from voxline.intents.expression import SlotRef
 from voxline.intents.slots import Wildcard
 from voxline.paths import model_dir
-from voxline.server.intent_neighbours import IntentNeighbours, Neighbour
+from voxline.server.intent_neighbours import IndexCache, IntentNeighbours, Neighbour
 
 log = logging.getLogger(__name__)
 
@@ -331,12 +331,14 @@ class LLMClassifier:
         self._neighbours_built.clear()
 
     def build_neighbours(self, encoder_dir) -> None:
-        """Embed the grammar's sentences for the second opinion (seconds: call it off the event loop). A missing
-        or broken encoder leaves the model's probability alone to decide, and says so in the log."""
+        """Embed the grammar's sentences for the second opinion, or read them from the model cache when embedded
+        before (seconds the first time: call it off the event loop). A missing or broken encoder leaves the model's
+        probability alone to decide, and says so in the log."""
         try:
             from voxline.sentence_encoder import SentenceEncoder
 
-            self.neighbours = IntentNeighbours(SentenceEncoder(encoder_dir), self.grammar, COMMAND_LANG)
+            self.neighbours = IntentNeighbours(SentenceEncoder(encoder_dir), self.grammar, COMMAND_LANG,
+                                               cache=IndexCache.for_encoder(encoder_dir))
         except Exception:  # noqa: BLE001 - the classifier works without it
             log.exception("intent neighbours not used: the sentence encoder in %s could not be loaded", encoder_dir)
         finally:
