@@ -176,6 +176,10 @@ def test_stages_telescope_to_the_last_mark_reached():
     assert dominant_stage(stages) == "asr"
     assert first_audio_stages({"intent_ms": 0.5, "tts_first_audio_ms": 30.0, "first_audio_sent_ms": 31.0}) == \
         {"intent": 0.5, "tts": 29.5, "transport": 1.0}
+    # The grammar missed and the classifier was asked: its time is its own stage, not the scheduler's queue.
+    classified = first_audio_stages({"intent_ms": 1.0, "classify_ms": 700.0, "llm_batch_ms": 705.0,
+                                     "llm_first_token_ms": 800.0})
+    assert classified == {"intent": 1.0, "classify": 699.0, "queue": 5.0, "prefill": 95.0}
 
 
 def test_a_turn_above_the_recent_p99_is_reported_with_its_dominant_stage(caplog):

@@ -155,7 +155,8 @@ export class TurnTimings {
  */
 
 /** The server's stages (`timings.stages`, durations in ms from when it received the turn), in their order. */
-export const SERVER_STAGES = Object.freeze(['uplink', 'asr', 'intent', 'queue', 'prefill', 'decode', 'tts', 'transport']);
+export const SERVER_STAGES = Object.freeze(['uplink', 'asr', 'intent', 'classify', 'queue', 'prefill', 'decode', 'tts',
+  'transport']);
 
 /**
  * The waterfall of one `voxline:timings` record: each stage as a bar from the stage before it; the server's own

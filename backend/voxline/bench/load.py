@@ -83,7 +83,7 @@ comes from 127.0.0.1 and sends turns back to back, so with a browser's limits th
 A variable already set in the environment wins."""
 
 TURN_KINDS = ("llm", "intent", "audio")
-STAGES = ("uplink", "asr", "intent", "queue", "prefill", "decode", "tts", "transport")
+STAGES = ("uplink", "asr", "intent", "classify", "queue", "prefill", "decode", "tts", "transport")
 """The server's `timings.stages`: the path to the first reply audio, in order."""
 _STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
                ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),

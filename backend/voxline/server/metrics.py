@@ -1,9 +1,9 @@
 """Prometheus metrics of one server process, and the slow-turn report.
 
 Every turn ends in `ServerMetrics.observe_turn` with its stage durations: the path to the first reply audio is
-cut into asr (server re-recognition), intent, queue (waiting in the TurnScheduler), prefill (batch start → first
-token), decode (first token → first clause), tts (first clause → its audio) and transport (audio queued → sent on
-the socket). Those are the histograms a dashboard needs to see which stage moves under load.
+cut into asr (server re-recognition), intent, classify (the LLM asked whether a grammar miss is still an intent),
+queue (waiting in the TurnScheduler), prefill (batch start → first token), decode (first token → first clause), tts
+(first clause → its audio) and transport (audio queued → sent on the socket). Those are the histograms a dashboard needs to see which stage moves under load.
 
 The slow-turn report: a turn slower than the P99 of the recent turns of its kind is logged with the stage that
 took most of its time, so a latency spike in production says where it came from without a trace backend.
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STAGES = ("asr", "intent", "queue", "prefill", "decode", "tts", "transport")
+STAGES = ("asr", "intent", "classify", "queue", "prefill", "decode", "tts", "transport")
 """The stages of the path to the first reply audio, in order."""
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                      5.0, 8.0, 13.0, 20.0)

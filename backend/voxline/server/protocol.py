@@ -270,6 +270,8 @@ class Timings(msgspec.Struct, frozen=True, tag="timings", tag_field="type", omit
     interrupted: bool
     asr_ms: float | None = None
     intent_ms: float | None = None
+    classify_ms: float | None = None
+    """The grammar missed and the LLM was asked whether the words are still one of the intents: when it answered."""
     llm_first_token_ms: float | None = None
     first_clause_ms: float | None = None
     tts_first_audio_ms: float | None = None

@@ -903,9 +903,10 @@ class Session:
             self._fatal(error, close_code)
 
 
-_TIMING_MARKS = ("asr_ms", "intent_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",
+_TIMING_MARKS = ("asr_ms", "intent_ms", "classify_ms", "llm_first_token_ms", "first_clause_ms", "tts_first_audio_ms",
                  "first_audio_sent_ms", "llm_ms", "llm_queued_ms", "llm_batch_ms", "confirmed_ms")
-_STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
+_STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("classify", "classify_ms"),
+               ("queue", "llm_batch_ms"),
                ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),
                ("transport", "first_audio_sent_ms"))
 """Each stage of the path to the first reply audio and the mark that ends it; it starts where the previous
