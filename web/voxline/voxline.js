@@ -646,7 +646,8 @@ export class Voxline {
         return;
       }
       // The server re-recognises below its own gate (`welcome`); the audio goes with every turn it will use it for.
-      const gate = Math.max(this.settings.localIntentMinConfidence, this.link.session?.limits?.asr_confidence_gate ?? 0);
+      const serverGate = this.link.session?.limits?.asr_confidence_gate ?? 0;
+      const gate = Math.max(this.settings.localIntentMinConfidence, serverGate);
       const audio = confidence < gate && this.opus ? await this.#turnAudio(turn) : null;
       // A speculation this turn does not confirm (another transcript, or another utterance's) ends before anything
       // else is sent: the server holds one turn at a time.
@@ -659,7 +660,9 @@ export class Voxline {
         : this.link.sendTurn({ transcript: text, confidence, audio });
       this.#exchangeInput({ type: 'sent', turnId });
       this.sentTurns.set(turnId, { text, reheard: false });
-      for (const old of this.sentTurns.keys()) if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
+      for (const old of this.sentTurns.keys()) {
+        if (this.sentTurns.size > MAX_REMEMBERED_TURNS) this.sentTurns.delete(old);
+      }
     } finally {
       this.sendingTurns -= 1;
     }
