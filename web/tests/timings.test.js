@@ -140,6 +140,16 @@ test('the waterfall of a server turn lays the server stages from the moment it w
   ]);
 });
 
+test('the waterfall of a speculative turn lays the server stages from its start, before it was confirmed', () => {
+  const bars = waterfall({ turn_id: 1, source: 'server', server_turn_id: 3,
+    stages: { speech_end: 3.0, turn_end: 3.3, transcript: 3.45, sent: 3.5, first_audio: 3.9 },
+    timings: { confirmed_ms: 250, stages: { intent: 1, queue: 4, prefill: 300, decode: 200, tts: 20, transport: 1 } } });
+  assert.deepEqual(bars.filter((b) => b.lane === 'server').map((b) => [b.label, b.start_ms, b.end_ms]), [
+    ['intent', 250, 251], ['queue', 251, 255], ['prefill', 255, 555], ['decode', 555, 755], ['tts', 755, 775],
+    ['transport', 775, 776],
+  ]);
+});
+
 test('the waterfall marks an early intent where it happened, even before the turn ended', () => {
   const bars = waterfall({ turn_id: 1, source: 'cache', early: true,
     stages: { speech_end: 1.6, turn_end: 1.9, transcript: 2.0, intent: 1.7 } });

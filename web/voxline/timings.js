@@ -160,8 +160,9 @@ export const SERVER_STAGES = Object.freeze(['uplink', 'asr', 'intent', 'classify
 
 /**
  * The waterfall of one `voxline:timings` record: each stage as a bar from the stage before it; the server's own
- * stages laid from the moment the turn was sent (their clock is the server's: loopback or LAN puts them within
- * a few milliseconds of where they really were).
+ * stages laid from the moment the turn was sent, or for a speculative turn from its start, `confirmed_ms` before
+ * its confirmation (their clock is the server's: loopback or LAN puts them within a few milliseconds of where they
+ * really were).
  * @param {TurnRecord} record
  * @returns {Bar[]}
  */
@@ -184,7 +185,7 @@ export function waterfall(record) {
   if (s.sent !== undefined) {
     bar('send', s.sent);
     const sentMs = ms(s.sent);
-    let at = sentMs;
+    let at = sentMs - Math.round(record.timings?.confirmed_ms ?? 0);
     for (const name of SERVER_STAGES) {
       const duration = record.timings?.stages?.[name];
       if (duration === undefined) continue;
