@@ -17,6 +17,7 @@ from voxline.bench.turn import (
     parse_speculation,
     score,
     side_report,
+    speculation_report,
     wrong_lines,
 )
 
@@ -250,3 +251,10 @@ def test_differences_are_summed_over_pages_and_a_missing_side_stays_none():
     assert total == {"confirmed": 3, "cancelled": 2, "wasted_tokens": None}
     total = add_difference(total, after, {"confirmed": 5.0, "cancelled": 2.0, "wasted_tokens": 12.0})
     assert total == {"confirmed": 4, "cancelled": 2, "wasted_tokens": None}
+
+
+def test_speculative_turns_are_timed_from_their_confirmation_beside_turns_sent_at_once():
+    report = speculation_report([1000.0, 1200.0, 1400.0], [{"first_audio_ms": 700.0}, {"first_audio_ms": 950.0},
+                                                           {"first_audio_ms": None}], 250.0)["speculative"]
+    assert report["head_start_ms"] == 250.0 and report["confirm_to_first_audio_ms"]["n"] == 2
+    assert report["ratio_vs_sent_at_once"]["p50"] < 1

@@ -288,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the server's speculation counters; --baseline-query hears the same pages with other page "
                     "settings in the same run. JSON on stdout, the replies not right on stderr.")
     bench_turn.add_argument("--questions", type=int, default=20, help="server-side questions (default 20; 0: none)")
+    bench_turn.add_argument("--speculate-ms", type=float, default=0.0, metavar="MS",
+                            help="server side: also each question as a speculative turn confirmed MS later (the "
+                                 "page's head start), timed from the confirmation")
     bench_turn.add_argument("--browser", type=int, default=0, metavar="N",
                             help="also N spoken questions of --set in Chromium, spread evenly over it")
     bench_turn.add_argument("--set", type=Path, default=None, metavar="FILE",

@@ -39,15 +39,21 @@ QUESTIONS = [
 ]
 
 
-async def _one_turn(url: str, question: str, turn_id: int) -> dict:
+async def _one_turn(url: str, question: str, turn_id: int, speculate_s: float | None = None) -> dict:
+    """One turn; `speculate_s`: sent as a speculative turn and confirmed that long after (the page's head start),
+    the clock starting at the confirmation, as the user's wait does."""
     import websockets
 
     async with websockets.connect(url, max_size=None) as ws:
         await ws.send(json.dumps({"type": "hello", "v": 1, "lang": "en"}))
         json.loads(await ws.recv())
+        start = {"type": "turn.start", "turn_id": turn_id, "transcript": question, "confidence": 0.95}
+        if speculate_s is not None:
+            await ws.send(json.dumps({**start, "speculative": True}))
+            await asyncio.sleep(speculate_s)
+            start = {"type": "turn.confirm", "turn_id": turn_id}
         sent = time.perf_counter()
-        await ws.send(json.dumps({"type": "turn.start", "turn_id": turn_id, "transcript": question,
-                                  "confidence": 0.95}))
+        await ws.send(json.dumps(start))
         first_audio = reply = None
         while True:
             frame = await ws.recv()
@@ -72,7 +78,7 @@ def _baseline_ms(engines, question: str) -> float:
     return 1000 * (time.perf_counter() - started)
 
 
-def server_run(llm: str, count: int) -> dict:
+def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
     from voxline import paths
     from voxline.bench.browser import ServerThread
     from voxline.config import Settings
@@ -80,7 +86,7 @@ def server_run(llm: str, count: int) -> dict:
 
     settings = Settings.from_env(llm_model=llm)
     questions = (QUESTIONS * (count // len(QUESTIONS) + 1))[:count]
-    streamed, baseline, samples = [], [], []
+    streamed, baseline, speculated, samples = [], [], [], []
     with ServerThread(settings) as server:
         engines = Engines.load(settings, paths.model_dir)  # the baseline's own copy, same models
         url = server.url.replace("http", "ws") + "/ws"
@@ -88,6 +94,8 @@ def server_run(llm: str, count: int) -> dict:
             row = asyncio.run(_one_turn(url, question, 1))
             streamed.append(row)
             baseline.append(_baseline_ms(engines, question))
+            if speculate_ms:
+                speculated.append(asyncio.run(_one_turn(url, question, 1, speculate_ms / 1000)))
             if i < 3:
                 samples.append({"question": question, "reply": row["reply"]})
     first = [r["first_audio_ms"] for r in streamed if r["first_audio_ms"]]
@@ -99,8 +107,21 @@ def server_run(llm: str, count: int) -> dict:
         "ratio_vs_baseline": {"p50": ratio(summary(first), summary(baseline)),
                               "p95": ratio(summary(first), summary(baseline), "p95")},
         "stages_ms": {k: summary([r[k] for r in streamed if r.get(k) is not None]) for k in timing_keys},
+        **(speculation_report(first, speculated, speculate_ms) if speculate_ms else {}),
         "samples": samples,
     }
+
+
+def speculation_report(first: list[float], speculated: list[dict], speculate_ms: float) -> dict:
+    """Speculative turns confirmed `speculate_ms` after they were sent, beside the same questions sent at once:
+    confirmation → first reply audio, the wait a user has once the page has decided the turn is over."""
+    after_confirm = [r["first_audio_ms"] for r in speculated if r["first_audio_ms"]]
+    return {"speculative": {
+        "head_start_ms": speculate_ms,
+        "confirm_to_first_audio_ms": summary(after_confirm),
+        "ratio_vs_sent_at_once": {"p50": ratio(summary(after_confirm), summary(first)),
+                                  "p95": ratio(summary(after_confirm), summary(first), "p95")},
+    }}
 
 
 # --- Browser: a held-out question set, spoken, with keyword scoring. The set's format: sets/README.md. ---
@@ -421,7 +442,7 @@ def main(args) -> int:
             load_questions(set_path)
             browser_configs(voices or list(DEFAULT_VOICES), args.baseline_query)
         if args.questions:
-            report["server"] = server_run(args.llm, args.questions)
+            report["server"] = server_run(args.llm, args.questions, getattr(args, "speculate_ms", 0.0))
         if args.browser:
             report["browser"], outcomes = browser_run(
                 args.llm, args.browser, voices=voices, set_path=set_path, baseline_query=args.baseline_query,
