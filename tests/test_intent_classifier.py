@@ -176,6 +176,28 @@ def test_out_of_domain_stays_out(classifier, text):
     assert classifier.classify(text).match is None
 
 
+class RecordingGenerator:
+    """The real CTranslate2 generator, noting the static prompt of every call."""
+
+    def __init__(self, real) -> None:
+        self.real, self.static_prompts = real, []
+
+    def generate_batch(self, *args, **kwargs):
+        self.static_prompts.append(kwargs.get("static_prompt"))
+        return self.real.generate_batch(*args, **kwargs)
+
+
+def test_the_warm_up_prefills_the_static_prompt_on_the_model(classifier):
+    real = classifier.llm.generator
+    classifier.llm.generator = recording = RecordingGenerator(real)
+    try:
+        classifier.warm_up()
+        classifier.classify("hello")  # what the warm-up once was: turned away before the model
+    finally:
+        classifier.llm.generator = real
+    assert recording.static_prompts == [classifier._static]
+
+
 def test_overlong_text_is_not_asked(classifier):
     verdict = classifier.classify("please " * 40 + "pause")
     assert verdict.reason == "too_long" and verdict.match is None

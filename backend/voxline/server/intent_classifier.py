@@ -348,6 +348,12 @@ class LLMClassifier:
         self._neighbours_built.wait(NEIGHBOURS_WAIT_S)
         return self.neighbours.nearest(text) if self.neighbours is not None else None
 
+    def warm_up(self) -> None:
+        """Prefill and cache the static prompt (~700 tokens: seconds on a CPU) now, so that the first utterance
+        that needs the classifier does not pay for it. It asks the model directly: `classify` turns most words away
+        before the model (`could_be_command`), and a warm-up through it ("hello") never reached the model."""
+        self.rewrite(WARM_UP_UTTERANCE)
+
     def rewrite(self, utterance: str) -> tuple[str, float]:
         """(what the model writes for `utterance`, its probability), greedy, from the cached static prompt."""
         fmt = self.llm.format
@@ -365,6 +371,9 @@ class LLMClassifier:
     def _tokens(self, text: str) -> list[str]:
         return self.llm.tokenizer.encode(text, add_special_tokens=False).tokens
 
+
+WARM_UP_UTTERANCE = "turn the lights on"
+"""What the warm-up asks the model (any utterance: what matters is the static prompt it prefills)."""
 
 CALIBRATED: dict[str, ClassifierConfig] = {
     "qwen2.5-0.5b-instruct-ct2": ClassifierConfig(),
@@ -405,7 +414,7 @@ def classifier_for(engines) -> LLMClassifier | None:
         def warm_up() -> None:
             if neighbours:
                 cached.build_neighbours(model_dir(NEIGHBOURS_MODEL))
-            cached.classify("hello")
+            cached.warm_up()
 
         threading.Thread(target=warm_up, name="voxline-classifier-warm-up", daemon=True).start()
     return cached or None
