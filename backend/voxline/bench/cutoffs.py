@@ -34,7 +34,7 @@ import numpy as np
 from voxline.bench import audio as test_audio
 from voxline.bench.intents import limit_items
 from voxline.bench.spoken import VOICES, Config, Page, render_cache_dir, render_voice, run_pages
-from voxline.bench.stats import ratio, summary
+from voxline.bench.stats import rate, ratio, summary
 
 DEFAULT_SET = Path(__file__).parent / "sets" / "pauses-en.txt"
 DEFAULT_VOICES = ("espeak-gb", "hibari-1")
@@ -229,7 +229,7 @@ def score(utterance: Utterance, start_s: float, end_s: float, until_s: float, ev
 
 
 def _rate(outcomes: list[dict], key: str) -> float | None:
-    return round(sum(o[key] for o in outcomes) / len(outcomes), 4) if outcomes else None
+    return rate(sum(o[key] for o in outcomes), len(outcomes))
 
 
 def figures(outcomes: list[dict]) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from voxline.bench import audio as test_audio
 from voxline.bench.spoken import VOICES, Config, Page, match, render, render_voice, run_configs, run_pages
-from voxline.bench.stats import ratio, summary
+from voxline.bench.stats import rate, ratio, summary
 
 COMMANDS = [
     "pause the music", "turn the volume down", "skip this song", "set a timer for ten minutes", "what time is it",
@@ -320,11 +320,7 @@ def stage_figures(outcomes: list[dict]) -> dict:
     """P50/P95 of every stage over the commands acted on rightly (see `_stages`), and how many acted early."""
     right = [o for o in outcomes if o["kind"] != "ood" and o["intent_ok"] and o["got"]]
     out = {stage: summary([o["stages"][stage] for o in right if stage in o.get("stages", {})]) for stage in STAGES}
-    return out | {"early_share": _rate(sum(o.get("early", False) for o in right), len(right))}
-
-
-def _rate(hits: int, n: int) -> float | None:
-    return round(hits / n, 4) if n else None
+    return out | {"early_share": rate(sum(o.get("early", False) for o in right), len(right))}
 
 
 def figures(outcomes: list[dict]) -> dict:
@@ -339,13 +335,13 @@ def figures(outcomes: list[dict]) -> dict:
             latency.setdefault(o["source"], []).append(o["eos_to_intent_ms"])
     false_accepts = sum(o["got"] is not None for o in ood)
     return {
-        "commands": {"n": len(commands), "intent_accuracy": _rate(sum(o["intent_ok"] for o in commands), len(commands)),
-                     "intent_slots_accuracy": _rate(sum(o["slots_ok"] for o in commands), len(commands))},
-        "one_word": {"n": len(one_word), "intent_accuracy": _rate(sum(o["intent_ok"] for o in one_word), len(one_word)),
-                     "on_device": _rate(sum(o["source"] in ON_DEVICE_SOURCES for o in one_word), len(one_word)),
-                     "on_device_and_right": _rate(sum(o["source"] in ON_DEVICE_SOURCES and o["intent_ok"]
+        "commands": {"n": len(commands), "intent_accuracy": rate(sum(o["intent_ok"] for o in commands), len(commands)),
+                     "intent_slots_accuracy": rate(sum(o["slots_ok"] for o in commands), len(commands))},
+        "one_word": {"n": len(one_word), "intent_accuracy": rate(sum(o["intent_ok"] for o in one_word), len(one_word)),
+                     "on_device": rate(sum(o["source"] in ON_DEVICE_SOURCES for o in one_word), len(one_word)),
+                     "on_device_and_right": rate(sum(o["source"] in ON_DEVICE_SOURCES and o["intent_ok"]
                                                       for o in one_word), len(one_word))},
-        "ood": {"n": len(ood), "false_accepts": false_accepts, "false_accept_rate": _rate(false_accepts, len(ood))},
+        "ood": {"n": len(ood), "false_accepts": false_accepts, "false_accept_rate": rate(false_accepts, len(ood))},
         "sources": {s: sum(o["source"] == s for o in asked) for s in SOURCES},
         "eos_to_intent_ms": {s: summary(latency[s]) for s in SOURCES if s in latency},
         "stages": stage_figures(asked),

@@ -24,3 +24,8 @@ def ratio(ours: dict, baseline: dict, key: str = "p50") -> float | None:
     if ours.get(key) and baseline.get(key):
         return round(ours[key] / baseline[key], 3)
     return None
+
+
+def rate(hits: int, n: int) -> float | None:
+    """`hits` out of `n` as a fraction (4 decimals); None for none asked, never a division by zero."""
+    return round(hits / n, 4) if n else None

@@ -25,7 +25,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from voxline.bench.stats import ratio, summary
+from voxline.bench.stats import rate, ratio, summary
 
 QUESTIONS = [
     "What is the capital of France?", "How far away is the moon?", "Why is the sky blue?",
@@ -272,10 +272,6 @@ def score(asked: Asked, events: list[dict]) -> dict:
     }
 
 
-def _rate(hits: int, n: int) -> float | None:
-    return round(hits / n, 4) if n else None
-
-
 def figures(outcomes: list[dict]) -> dict:
     """Latency, keyword accuracy (over every question asked: a missed turn is not right) and missed turns."""
     right = sum(o["right"] for o in outcomes)
@@ -285,7 +281,7 @@ def figures(outcomes: list[dict]) -> dict:
                                           if o["eos_to_first_audio_ms"] is not None]),
         "eos_to_turn_over_ms": summary([o["eos_to_turn_over_ms"] for o in outcomes
                                         if o["eos_to_turn_over_ms"] is not None]),
-        "keyword_accuracy": _rate(right, len(outcomes)), "right": right,
+        "keyword_accuracy": rate(right, len(outcomes)), "right": right,
         "missed": sum(o["missed"] for o in outcomes),
         "audio_before_end": sum(o["audio_before_end"] for o in outcomes),
     }
@@ -297,7 +293,7 @@ def side_report(outcomes: list[dict], speculation: dict | None) -> dict:
     return figures(outcomes) | {
         "by_voice": {v: figures([o for o in outcomes if o["voice"] == v])
                      for v in sorted({o["voice"] for o in outcomes})},
-        "keyword_accuracy_by_kind": {k: _rate(sum(o["right"] for o in outcomes if o["kind"] == k),
+        "keyword_accuracy_by_kind": {k: rate(sum(o["right"] for o in outcomes if o["kind"] == k),
                                               sum(o["kind"] == k for o in outcomes))
                                      for k in KINDS if any(o["kind"] == k for o in outcomes)},
         "speculation": speculation,
