@@ -564,7 +564,7 @@ class Session:
     def _drop_speculative(self, turn: Turn) -> None:
         """End an unconfirmed speculative turn without a trace: nothing sent, no history, no turn metrics."""
         self.engines.metrics.speculation("cancelled", turn.deltas)
-        turn.held, turn.chunks = None, []
+        turn.held = None
         if self.turn is turn:
             self.turn = None
             self.state = SessionState.LISTENING
