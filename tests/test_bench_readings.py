@@ -7,6 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
+
 from voxline.bench import readings
 from voxline.intents import builtin_grammar
 
@@ -30,8 +32,10 @@ def test_the_gates_are_the_page_s():
 
 def test_a_confident_reading_wins_over_an_unsure_transcript():
     grammar = builtin_grammar()
-    assert readings.decide(_row("Skip this truck", 0.4, "Skip this track", 0.6), grammar)[0] == "media.next"
-    assert readings.decide(_row("Skip this truck", 0.4, "Skip this track", 0.3), grammar) is None
+    gate = readings.COMMAND_MIN_CONFIDENCE
+    assert readings.decide(_row("Skip this truck", 0.4, "Skip this track", gate), grammar)[0] == "media.next"
+    assert readings.decide(_row("Skip this truck", 0.4, "Skip this track", gate - 0.01), grammar) is None
+    assert readings.decide(_row("Skip this truck", 0.4, "Skip this track", 0.3), grammar, gate=0.3)[0] == "media.next"
     assert readings.decide(_row("Pause the music.", 0.9), grammar)[0] == "media.pause"
     assert readings.decide(_row("What is the capital of France?", 0.95), grammar) is None
 
@@ -46,3 +50,35 @@ def test_scoring_counts_right_wrong_and_out_of_domain_answers():
     assert (report["one_word"], report["one_word_correct"]) == (1, 1)
     assert (report["ood"], report["ood_accepted"]) == (1, 1)
     assert [e["text"] for e in report["errors"]] == ["volume to forty percent", "what is a timer"]
+
+
+def _features(spelled=0.5, margin=0.0, free_confidence=0.5, reading_words=2, free_words=2):
+    return {"features": {"spelled": spelled, "margin": margin, "freeConfidence": free_confidence,
+                         "readingWords": reading_words, "freeWords": free_words}}
+
+
+def test_the_fit_recovers_a_model_that_separates_readings():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(400, 2))
+    y = (x @ np.array([2.0, -1.0]) + 0.5 + rng.logistic(size=400) * 0.3 > 0).astype(float)
+    w = readings.fit_logistic(x, y, l2=0.01)
+    assert w[0] > abs(w[1]) > 0 and w[1] < 0  # the signs of both weights, and which weighs more
+    assert np.mean((readings.predict(w, x) >= 0.5) == (y == 1)) > 0.9
+
+
+def test_features_are_those_whisper_js_feeds_its_model():
+    """The Python features and the page's `commandConfidence` agree: the fit's coefficients mean the same there."""
+    node = shutil.which("node")
+    assert node
+    reading = _features(spelled=0.3, margin=-1.5, free_confidence=0.6, reading_words=1, free_words=4)
+    whisper = (Path(__file__).resolve().parents[1] / "web" / "voxline" / "whisper.js").as_uri()
+    script = (f"import {{ commandConfidence, COMMAND_CONFIDENCE_MODEL }} from {json.dumps(whisper)};"
+              f"console.log(JSON.stringify([commandConfidence({json.dumps(reading['features'])}),"
+              f" COMMAND_CONFIDENCE_MODEL]));")
+    page, model = json.loads(subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                                            text=True, check=True).stdout)
+    weights = np.array([model[name] for name in readings.FEATURE_NAMES] + [model["bias"]])
+    ours = readings.predict(weights, np.array([readings.features(reading)]))[0]
+    assert abs(page - ours) < 1e-9
+    # fewer words than were heard: the reading covers part of a sentence, and counts for less
+    assert page < readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 4, 4))]))[0]

@@ -15,11 +15,15 @@
 // log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only
 // falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
 // decoded once more with a prompt of the grammar's short commands, and its reading kept when it is more confident.
-// Command confidence: the geometric mean, over the reading's word tokens, of the probability of every token
-// spelling the same word (" Stop", "stop", " STOP" count together, so case and spacing variants do not dilute it as
-// they dilute word confidence), times exp(½ · margin) when the reading is less likely than the free transcript;
-// over free text (a song name) plain token probabilities count. Partials (while the user speaks) get a reading
-// only where the free transcript is one: no search, no second decode.
+// Command confidence: the probability that the reading is what was said, from a logistic model
+// (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over four
+// things the decode knows: how well the reading's words are spelled (the geometric mean, over its word tokens, of
+// the probability of every token spelling the same word: " Stop", "stop", " STOP" count together; over free text,
+// a song name, plain token probabilities), its margin (log-likelihood below the decode it came from), the free
+// transcript's word confidence, and how many words the reading has beside the free transcript (a prompted decode
+// that stops after "Stop." on "stop signs are red" reads a command into part of a sentence). Off
+// (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials (while the user speaks)
+// get a reading only where the free transcript is one: no search, no second decode.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
@@ -28,6 +32,34 @@ export const TOP_CANDIDATES = 16;
 /** Length of the command prompt (tokens of earlier text): each costs a little of the first decoder step. */
 export const DEFAULT_PROMPT_TOKENS = 64;
 const HAS_WORD = /[\p{L}\p{N}]/u;
+const WORD_BREAK = /[^\p{L}\p{N}%']+/u;
+
+/**
+ * Coefficients of the command confidence (logistic: bias + Σ coefficient × feature), fitted by
+ * `voxline bench readings --noise-snr-db 10 --fit` (the tuning set, 5 voices, each clean and with pink noise; its
+ * sweep and reliability curve are cross-validated by sentence). Features: log spelled, min(0, margin), log free
+ * word confidence, log((reading words + 1) / (free words + 1)).
+ */
+export const COMMAND_CONFIDENCE_MODEL = Object.freeze({
+  bias: 3.85, spelled: 0.32, margin: 0.44, freeConfidence: 0.53, wordRatio: 2.99,
+});
+
+/** Words in a transcript, as the confidence model counts them. */
+export function wordCount(text) {
+  return text.split(WORD_BREAK).filter(Boolean).length;
+}
+
+/**
+ * The command confidence of a reading (see the header), in 0..1.
+ * @param {{spelled: number, margin: number, freeConfidence: number, readingWords: number, freeWords: number}} f
+ */
+export function commandConfidence(f, model = COMMAND_CONFIDENCE_MODEL) {
+  const log = (x) => Math.log(Math.max(x, 1e-4));
+  const z = model.bias + model.spelled * log(f.spelled) + model.margin * Math.min(0, f.margin)
+    + model.freeConfidence * log(f.freeConfidence)
+    + model.wordRatio * Math.log((f.readingWords + 1) / (f.freeWords + 1));
+  return 1 / (1 + Math.exp(-z));
+}
 
 /** GPT-2's byte-level alphabet: printable bytes map to themselves, the others to U+0100 onwards. */
 function byteDecoder() {
@@ -187,6 +219,7 @@ export class Whisper {
     // command heard well, nor for a clear question.
     const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, isFinal);
     if (free.cancelled) return free;
+    this.#confide(free.command, free, settings);
     const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
     const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
     // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
@@ -194,6 +227,7 @@ export class Whisper {
     if (isFinal() && !sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
+      this.#confide(prompted.command, free, settings);
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
         return { ...free, command: prompted.command, prompted: true, ...timing() };
       }
@@ -336,10 +370,21 @@ export class Whisper {
   }
 
   /**
-   * A command reading and its command confidence: the geometric mean over word tokens of each word's grouped
-   * probability, times exp(½ · margin) when the reading is less likely than the free decode (the model's own
-   * odds against it, softened). Free text (a wildcard) has no spelling the grammar can vouch for, so there the
-   * plain token probabilities count, as in word confidence.
+   * Set `reading.confidence` (null reading: nothing to do): the calibrated command confidence against the free
+   * transcript `free` (the unprompted decode), or the design before when `calibratedCommandConfidence` is off.
+   */
+  #confide(reading, free, settings) {
+    if (!reading) return;
+    reading.features = { spelled: reading.spelled, margin: reading.margin, freeConfidence: free.confidence,
+      readingWords: wordCount(reading.text), freeWords: wordCount(free.text) };
+    reading.confidence = settings.calibratedCommandConfidence ? commandConfidence(reading.features)
+      : reading.spelled * Math.exp(0.5 * Math.min(0, reading.margin));
+  }
+
+  /**
+   * A command reading and how well its words are spelled (`spelled`): the geometric mean over word tokens of each
+   * word's grouped probability. Free text (a wildcard) has no spelling the grammar can vouch for, so there the plain
+   * token probabilities count, as in word confidence. Its `confidence` is set by #confide.
    */
   #reading(ids, logprobs, tops, margin, constrained, state, extraSteps = 0) {
     let grouped = 0, plain = 0, words = 0;
@@ -355,8 +400,9 @@ export class Whisper {
     if (!words) return null;
     const free = this.graph.usesFreeText(state);
     const spelled = Math.exp((free ? plain : grouped) / words);
-    const confidence = spelled * Math.exp(0.5 * Math.min(0, margin));
-    return { text: this.tokenizer.decode(ids), confidence, margin, constrained, freeText: free, steps: extraSteps };
+    // confidence: set by #confide, which knows the free transcript it is weighed against
+    return { text: this.tokenizer.decode(ids), confidence: 0, spelled, margin, constrained, freeText: free,
+      steps: extraSteps };
   }
 
   /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */

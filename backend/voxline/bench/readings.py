@@ -10,12 +10,18 @@ command reading at or above ``commandMinConfidence``, else the free transcript a
 The default set is `sets/tuning-en.txt`, on which the confidence gate was chosen; the held-out set for the whole
 pipeline is `sets/commands-en.jsonl` (`voxline bench intents --set`). Expected intents come from the grammar
 engine on the written text (a line the grammar does not match is out of domain). Voices are synthetic (espeak-ng
-variants, hibari): a proxy for real speech.
+variants, hibari): a proxy for real speech. `--noise-snr-db` adds a copy of every clip with pink noise.
+
+`--fit` fits the command confidence instead (whisper.js `COMMAND_CONFIDENCE_MODEL`): a logistic regression of
+"the reading is what was said" on the reading's features, over every clip that gave one, and prints its
+coefficients, then a sweep of gates and a reliability curve, both from predictions cross-validated by sentence
+(5 folds: no sentence is scored by a model fitted on it).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import tempfile
 import time
@@ -35,11 +41,18 @@ VOICES = {
     "hibari": ("hibari", None, 1.0),
     "hibari-fast": ("hibari", None, 1.15),
 }
-CONFIGS = {"grammar": {}, "free": {"grammarDecode": False}}
+# Page settings of each configuration decoded (see the module docstring); `spelled` is the command confidence before
+# it was calibrated (with its gate).
+CONFIGS = {"grammar": {}, "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
+           "free": {"grammarDecode": False}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
-COMMAND_MIN_CONFIDENCE = 0.35
+COMMAND_MIN_CONFIDENCE = 0.85
 LOCAL_INTENT_MIN_CONFIDENCE = 0.5
+FIT_FOLDS = 5
+FIT_L2 = 1.0
+SWEEP_GATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+RELIABILITY_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
 
 
 def _clip(text: str, voice: str, seed: int) -> np.ndarray:
@@ -57,23 +70,24 @@ def _key(text: str | None, grammar) -> tuple[str, str] | None:
     return None if match is None else (match.intent, json.dumps(match.slots, sort_keys=True))
 
 
-def decide(row: dict, grammar) -> tuple[str, str] | None:
-    """What the page acts on for one decode (see the module docstring), or None (the server's turn)."""
+def decide(row: dict, grammar, gate: float = COMMAND_MIN_CONFIDENCE) -> tuple[str, str] | None:
+    """What the page acts on for one decode (see the module docstring), or None (the server's turn); `gate`: the
+    command confidence from which a reading acts."""
     reading = row.get("command")
-    if reading and reading["confidence"] >= COMMAND_MIN_CONFIDENCE:
+    if reading and reading["confidence"] >= gate:
         return _key(reading["text"], grammar)
     if row["confidence"] >= LOCAL_INTENT_MIN_CONFIDENCE:
         return _key(row["text"], grammar)
     return None
 
 
-def score(items: list[dict], rows: list[dict], grammar) -> dict:
+def score(items: list[dict], rows: list[dict], grammar, gate: float = COMMAND_MIN_CONFIDENCE) -> dict:
     """Accuracy, wrong actions and out-of-domain accepts of the device's decisions."""
     counts = {"commands": 0, "one_word": 0, "ood": 0, "correct": 0, "one_word_correct": 0, "wrong_action": 0,
               "ood_accepted": 0}
     errors = []
     for item, row in zip(items, rows):
-        truth, got = item["truth"], decide(row, grammar)
+        truth, got = item["truth"], decide(row, grammar, gate)
         if truth is None:
             counts["ood"] += 1
             counts["ood_accepted"] += got is not None
@@ -95,7 +109,81 @@ def score(items: list[dict], rows: list[dict], grammar) -> dict:
             "errors": errors}
 
 
-def run(set_path: Path, voices: list[str]) -> dict:
+def features(reading: dict) -> list[float]:
+    """The confidence model's inputs, as whisper.js `commandConfidence` computes them from `reading.features`."""
+    f = reading["features"]
+    return [math.log(max(f["spelled"], 1e-4)), min(0.0, f["margin"]), math.log(max(f["freeConfidence"], 1e-4)),
+            math.log((f["readingWords"] + 1) / (f["freeWords"] + 1))]
+
+
+FEATURE_NAMES = ("spelled", "margin", "freeConfidence", "wordRatio")
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = FIT_L2) -> np.ndarray:
+    """Weights (one per column, then the bias) of an L2-regularised logistic regression, by Newton's method."""
+    x = np.hstack([x, np.ones((len(x), 1))])
+    penalty = l2 * np.diag(np.r_[np.ones(x.shape[1] - 1), 1e-3])  # the bias barely: finite when all agree
+    w = np.zeros(x.shape[1])
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-x @ w))
+        step = np.linalg.solve(x.T @ (x * (p * (1 - p))[:, None]) + penalty, x.T @ (p - y) + penalty @ w)
+        w -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return w
+
+
+def predict(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-(np.hstack([x, np.ones((len(x), 1))]) @ w)))
+
+
+def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
+    """Coefficients over all clips with a reading; the gate sweep and reliability from cross-validated ones."""
+    with_reading = [i for i, row in enumerate(rows) if row.get("command")]
+    x = np.array([features(rows[i]["command"]) for i in with_reading])
+    y = np.array([float(_key(rows[i]["command"]["text"], grammar) == items[i]["truth"]
+                        and items[i]["truth"] is not None) for i in with_reading])
+    sentences = sorted({items[i]["text"] for i in with_reading})
+    fold = {text: k % FIT_FOLDS for k, text in enumerate(sentences)}
+    folds = np.array([fold[items[i]["text"]] for i in with_reading])
+    held = np.zeros(len(with_reading))
+    for k in set(folds.tolist()):
+        held[folds == k] = predict(fit_logistic(x[folds != k], y[folds != k]), x[folds == k])
+    w = fit_logistic(x, y)
+    cv_confidence = dict(zip(with_reading, held))
+    sweep = []
+    for gate in SWEEP_GATES:
+        gated = [row | {"command": (row["command"] or {}) | {"confidence": cv_confidence.get(i, 0.0)}
+                        if row.get("command") else None} for i, row in enumerate(rows)]
+        scored = score(items, gated, grammar, gate)
+        sweep.append({"gate": gate} | {k: scored[k] for k in ("accuracy", "one_word_on_device", "wrong_action",
+                                                             "ood_accepted", "ood_false_accepts")})
+    # The same readings under the confidence before it was calibrated (spelled × exp(½ · margin), gate 0.35). Only
+    # the scoring differs: which of a free and a prompted reading was kept was decided by the calibrated one.
+    before_gate = CONFIGS["spelled"]["commandMinConfidence"]
+    before = score(items, [row | {"command": row["command"] | {"confidence": _spelled_confidence(row["command"])}}
+                           if row.get("command") else row for row in rows], grammar, before_gate)
+    reliability = []
+    for low, high in zip(RELIABILITY_BINS, RELIABILITY_BINS[1:]):
+        inside = (held >= low) & ((held < high) if high < 1.0 else (held <= high))
+        if inside.any():
+            reliability.append({"predicted": [low, high], "readings": int(inside.sum()),
+                                "mean_predicted": round(float(held[inside].mean()), 3),
+                                "right": round(float(y[inside].mean()), 3)})
+    return {"coefficients": {"bias": round(float(w[-1]), 2)} | {
+                name: round(float(v), 2) for name, v in zip(FEATURE_NAMES, w[:-1])},
+            "readings": len(with_reading), "right_readings": int(y.sum()),
+            "cross_validated_sweep": sweep, "reliability": reliability,
+            "before": {"gate": before_gate} | {k: before[k] for k in ("accuracy", "one_word_on_device", "wrong_action",
+                                                                      "ood_accepted", "ood_false_accepts")}}
+
+
+def _spelled_confidence(reading: dict) -> float:
+    f = reading["features"]
+    return f["spelled"] * math.exp(0.5 * min(0.0, f["margin"]))
+
+
+def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False) -> dict:
     from voxline import paths
     from voxline.intents import builtin_grammar
     from voxline.intents.lexicon import decoding_lexicon
@@ -107,22 +195,33 @@ def run(set_path: Path, voices: list[str]) -> dict:
         items = []
         for i, text in enumerate(texts):
             for voice in voices:
-                clip_path = Path(tmp) / f"{i}-{voice}.f32"
-                _clip(text, voice, seed=i).tofile(clip_path)
-                items.append({"text": text, "voice": voice, "path": str(clip_path), "truth": _key(text, grammar)})
+                clip = _clip(text, voice, seed=i)
+                copies = [("", clip)] if noise_snr_db is None else [
+                    ("", clip), ("-noisy", test_audio.add_noise(test_audio.level(clip), noise_snr_db, seed=i))]
+                for suffix, samples in copies:
+                    clip_path = Path(tmp) / f"{i}-{voice}{suffix}.f32"
+                    samples.astype(np.float32).tofile(clip_path)
+                    items.append({"text": text, "voice": voice + suffix, "path": str(clip_path),
+                                  "truth": _key(text, grammar)})
+        configs = {"grammar": CONFIGS["grammar"]} if fit else CONFIGS
         request = {"modelDir": str(paths.model_dir("whisper-tiny-en-onnx")),
                    "lexicon": decoding_lexicon(grammar, "en"), "clips": [{"path": i["path"]} for i in items],
-                   "configs": CONFIGS}
+                   "configs": configs}
         done = subprocess.run(["node", str(NODE_SCRIPT)], input=json.dumps(request), capture_output=True, text=True,
                               check=False)
         if done.returncode != 0:
             raise RuntimeError(f"the node decoder failed: {done.stderr[-2000:]}")
         results = json.loads(done.stdout)
-    report = {"benchmark": "readings", "set": str(set_path), "voices": voices,
+    report = {"benchmark": "readings", "set": str(set_path), "voices": voices, "noise_snr_db": noise_snr_db,
               "speech": "synthetic (espeak-ng, hibari): a proxy for real voices", "utterances": len(items)}
+    if fit:
+        return report | {"fit": fit_report(items, results["grammar"], grammar),
+                         "wall_s": round(time.monotonic() - started, 1)}
     for name, rows in results.items():
-        report[name] = score(items, rows, grammar)
-    report["accuracy_ratio_vs_free"] = round(report["grammar"]["accuracy"] / max(1e-9, report["free"]["accuracy"]), 2)
+        report[name] = score(items, rows, grammar, CONFIGS[name].get("commandMinConfidence", COMMAND_MIN_CONFIDENCE))
+    for name in ("spelled", "free"):
+        report[f"accuracy_ratio_vs_{name}"] = round(report["grammar"]["accuracy"] / max(1e-9, report[name]["accuracy"]),
+                                                    2)
     report["wall_s"] = round(time.monotonic() - started, 1)
     return report
 
@@ -133,7 +232,10 @@ def main(args) -> int:
     unknown = [v for v in voices if v not in VOICES]
     if unknown:
         raise SystemExit(f"unknown voice(s) {', '.join(unknown)}: choose from {', '.join(VOICES)}")
-    report = run(args.set or SETS / "tuning-en.txt", voices)
+    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit)
+    if args.fit:
+        print(json.dumps(report, indent=1))
+        return 0
     errors = {name: report[name].pop("errors") for name in CONFIGS}
     print(json.dumps(report, indent=1))
     if args.errors:
