@@ -150,19 +150,12 @@ def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
     for k in set(folds.tolist()):
         held[folds == k] = predict(fit_logistic(x[folds != k], y[folds != k]), x[folds == k])
     w = fit_logistic(x, y)
-    cv_confidence = dict(zip(with_reading, held))
-    sweep = []
-    for gate in SWEEP_GATES:
-        gated = [row | {"command": (row["command"] or {}) | {"confidence": cv_confidence.get(i, 0.0)}
-                        if row.get("command") else None} for i, row in enumerate(rows)]
-        scored = score(items, gated, grammar, gate)
-        sweep.append({"gate": gate} | {k: scored[k] for k in ("accuracy", "one_word_on_device", "wrong_action",
-                                                             "ood_accepted", "ood_false_accepts")})
+    cross_validated = _rescored(rows, dict(zip(with_reading, held)).__getitem__)
+    sweep = [{"gate": gate} | _fit_figures(score(items, cross_validated, grammar, gate)) for gate in SWEEP_GATES]
     # The same readings under the confidence before it was calibrated (spelled × exp(½ · margin), gate 0.35). Only
     # the scoring differs: which of a free and a prompted reading was kept was decided by the calibrated one.
     before_gate = CONFIGS["spelled"]["commandMinConfidence"]
-    before = score(items, [row | {"command": row["command"] | {"confidence": _spelled_confidence(row["command"])}}
-                           if row.get("command") else row for row in rows], grammar, before_gate)
+    before = score(items, _rescored(rows, lambda i: _spelled_confidence(rows[i]["command"])), grammar, before_gate)
     reliability = []
     for low, high in zip(RELIABILITY_BINS, RELIABILITY_BINS[1:]):
         inside = (held >= low) & ((held < high) if high < 1.0 else (held <= high))
@@ -174,8 +167,18 @@ def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
                 name: round(float(v), 2) for name, v in zip(FEATURE_NAMES, w[:-1])},
             "readings": len(with_reading), "right_readings": int(y.sum()),
             "cross_validated_sweep": sweep, "reliability": reliability,
-            "before": {"gate": before_gate} | {k: before[k] for k in ("accuracy", "one_word_on_device", "wrong_action",
-                                                                      "ood_accepted", "ood_false_accepts")}}
+            "before": {"gate": before_gate} | _fit_figures(before)}
+
+
+def _rescored(rows: list[dict], confidence) -> list[dict]:
+    """`rows` with the confidence of each reading replaced by `confidence(row index)`."""
+    return [row | {"command": row["command"] | {"confidence": confidence(i)}} if row.get("command") else row
+            for i, row in enumerate(rows)]
+
+
+def _fit_figures(scored: dict) -> dict:
+    return {k: scored[k] for k in ("accuracy", "one_word_on_device", "wrong_action", "ood_accepted",
+                                   "ood_false_accepts")}
 
 
 def _spelled_confidence(reading: dict) -> float:
