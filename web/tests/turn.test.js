@@ -102,8 +102,8 @@ test('after a barge-in, audio of that turn still in flight is never played, and 
   assert.equal(machine.silenced.size, 0);
 });
 
-test('barge-in before any audio: the server turn is cancelled with nothing heard', () => {
-  const { effects } = run('speech-start', 'speech-end', sent(1), 'speech-start');
+test('speech before any audio holds the server turn; sending a new turn cancels it with nothing heard', () => {
+  const { effects } = run('speech-start', 'speech-end', sent(1), 'speech-start', 'speech-end', 'sending');
   assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
 });
 
@@ -179,4 +179,139 @@ test('messages about turns this page does not know are ignored', () => {
 
 test('an unknown input is a programming error', () => {
   assert.throws(() => new TurnMachine().input({ type: 'speech-middle' }), /unknown turn input/);
+});
+
+// A held server turn: speech started while it was pending and nothing of its answer was audible.
+
+/** Inputs up to a server turn 1 held by a new utterance that has ended (deciding). */
+const HELD = ['speech-start', 'speech-end', 'sending', sent(1), 'speech-start'];
+const DECIDING_OVER_HELD = [...HELD, 'speech-end'];
+
+test('speech over a pending turn with nothing audible holds it: no barge-in, hearing without interrupted', () => {
+  const { effects, machine } = run(...HELD);
+  assert.equal(ofType(effects, 'barge-in').length, 0);
+  assert.deepEqual(effects.at(-1), { type: 'phase', phase: 'hearing' });
+  assert.equal(machine.held.turnId, 1);
+  assert.equal(machine.serverTurn, 1); // still unfinished on the server: no speculative turn may go out
+});
+
+test('a held turn\'s audio is kept, not played; its text and reply.done are reported as usual', () => {
+  const { effects, machine } = run(...HELD, { type: 'reply-text', turnId: 1, text: 'Paris' }, audio(1), audio(1),
+    done(1));
+  assert.equal(ofType(effects, 'play').length, 0);
+  assert.equal(ofType(effects, 'end-playback').length, 0);
+  assert.deepEqual(ofType(effects, 'hold'), [{ type: 'hold', turnId: 1 }, { type: 'hold', turnId: 1 }]);
+  assert.deepEqual(ofType(effects, 'reply').map((r) => [r.text, r.final, r.audioPending]),
+    [['Paris', false, undefined], ['Done.', true, true]]);
+  assert.equal(machine.phase, Phase.HEARING);
+  assert.equal(machine.serverTurn, null); // finished on the server: it holds no turn any more
+  assert.equal(machine.answering, false);
+});
+
+test('held, then a command at a pause: barge-in on the held turn, its kept audio dropped', () => {
+  const { effects, machine } = run(...HELD, audio(1), 'command');
+  assert.deepEqual(effects.slice(-2),
+    [{ type: 'drop', turnId: 1, replied: false }, { type: 'barge-in', turnId: 1 }]);
+  assert.equal(machine.held, null);
+  assert.deepEqual(phases(machine.input({ type: 'speech-end', t: 9 })), ['idle:local']);
+});
+
+test('held, then a command once the turn is over: barge-in on the held turn, idle (local)', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, 'command');
+  assert.deepEqual(effects.slice(-2), [{ type: 'barge-in', turnId: 1 }, { type: 'phase', phase: 'idle',
+    outcome: 'local' }]);
+  assert.equal(machine.answering, false);
+});
+
+test('held, then the utterance goes to the server: barge-in on the held turn, its late audio never played', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, 'sending', sent(2), audio(1), done(1, true), audio(2));
+  assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
+  assert.deepEqual(ofType(effects, 'play'), [{ type: 'play', turnId: 2, begin: true }]);
+  assert.equal(ofType(effects, 'hold').length, 0);
+  assert.deepEqual(phases(effects).slice(-2), ['server-pending', 'replying']);
+  assert.equal(ofType(effects, 'reply').at(-1).audioPending, false);
+  assert.equal(machine.serverTurn, 2);
+});
+
+test('held past its reply.done, then a real turn: the server is still told nothing of it was heard', () => {
+  const { effects } = run(...DECIDING_OVER_HELD, audio(1), done(1), 'sending');
+  assert.deepEqual(effects.slice(-2),
+    [{ type: 'drop', turnId: 1, replied: true }, { type: 'barge-in', turnId: 1 }]);
+});
+
+test('held, then nothing, before any reply: back to server-pending, and the reply plays as usual', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, 'nothing');
+  assert.deepEqual(effects.at(-1), { type: 'phase', phase: 'server-pending', turnId: 1 });
+  assert.equal(ofType(effects, 'barge-in').length, 0);
+  const rest = [audio(1), done(1), ended(1)].flatMap((input) => machine.input(input));
+  assert.deepEqual(ofType(rest, 'play'), [{ type: 'play', turnId: 1, begin: true }]);
+  assert.deepEqual(phases(rest), ['replying', 'idle:reply']);
+});
+
+test('held, then nothing, with audio kept: replying, the kept audio released from its start', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, audio(1), audio(1), 'nothing');
+  assert.deepEqual(effects.slice(-2),
+    [{ type: 'release', turnId: 1 }, { type: 'phase', phase: 'replying', turnId: 1 }]);
+  const rest = [audio(1), done(1)].flatMap((input) => machine.input(input));
+  assert.deepEqual(ofType(rest, 'play'), [{ type: 'play', turnId: 1, begin: false }]);
+  assert.equal(ofType(rest, 'reply').at(-1).audioPending, true);
+  assert.deepEqual(phases(machine.input(ended(1))), ['idle:reply']);
+});
+
+test('held, then nothing, after its reply.done with audio: released, ended, idle once it has played', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, audio(1), done(1, true), 'nothing');
+  assert.deepEqual(effects.slice(-3), [{ type: 'release', turnId: 1 }, { type: 'end-playback', turnId: 1 },
+    { type: 'phase', phase: 'replying', turnId: 1 }]);
+  assert.deepEqual(phases(machine.input(ended(1))), ['idle:interrupted']);
+});
+
+test('held, then nothing, after its reply.done without audio: idle with the outcome it would have had', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, done(1), 'nothing');
+  assert.deepEqual(effects.at(-1), { type: 'phase', phase: 'idle', outcome: 'reply', turnId: 1 });
+  assert.equal(ofType(effects, 'release').length, 0);
+  assert.equal(machine.held, null);
+  assert.equal(machine.answering, false);
+});
+
+test('a resumed turn whose audio plays is barged in on at once by the next speech', () => {
+  const { effects } = run(...DECIDING_OVER_HELD, audio(1), 'nothing', 'speech-start');
+  assert.deepEqual(effects.slice(-2),
+    [{ type: 'barge-in', turnId: 1 }, { type: 'phase', phase: 'hearing', interrupted: 1 }]);
+});
+
+test('speech while a reply plays after a hold is a barge-in at once, not a hold', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, 'nothing', audio(1), 'speech-start');
+  assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
+  assert.equal(machine.held, null);
+});
+
+test('a second utterance over a held turn keeps holding it; the last one decides', () => {
+  const { effects, machine } = run(...DECIDING_OVER_HELD, 'speech-start', 'speech-end', 'nothing');
+  assert.equal(ofType(effects, 'barge-in').length, 0);
+  assert.deepEqual(phases(effects).slice(-3), ['hearing', 'deciding', 'server-pending']);
+  assert.equal(machine.held, null);
+});
+
+test('held, then a real turn with no server: barge-in on the held turn, idle (unreachable)', () => {
+  const { effects } = run(...DECIDING_OVER_HELD, 'unreachable');
+  assert.deepEqual(effects.slice(-2), [{ type: 'barge-in', turnId: 1 },
+    { type: 'phase', phase: 'idle', outcome: 'unreachable' }]);
+});
+
+test('the link drops while a turn is held: its final reply, its kept audio dropped, the utterance leads', () => {
+  const { effects, machine } = run(...HELD, audio(1), 'link-down');
+  assert.deepEqual(effects.slice(-2), [{ type: 'drop', turnId: 1, replied: false },
+    { type: 'reply', turnId: 1, text: '', final: true, interrupted: true, audioPending: false }]);
+  assert.equal(ofType(effects, 'end-playback').length, 0);
+  assert.equal(machine.held, null);
+  assert.equal(machine.phase, Phase.HEARING);
+  assert.deepEqual(phases(['speech-end', 'nothing'].flatMap((type) => machine.input({ type, t: 9 }))),
+    ['deciding', 'idle:nothing']);
+});
+
+test('the link drops while a finished turn is held: its kept audio is dropped, no second final reply', () => {
+  const { effects, machine } = run(...HELD, audio(1), done(1), 'link-down');
+  assert.deepEqual(effects.at(-1), { type: 'drop', turnId: 1, replied: true });
+  assert.equal(ofType(effects, 'reply').filter((r) => r.final).length, 1);
+  assert.equal(machine.held, null);
 });

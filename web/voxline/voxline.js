@@ -15,9 +15,13 @@
 // speaks, never acts.
 // Anything else goes to the server, with the turn's Opus audio when the transcript is not confident; the spoken
 // reply streams back and plays as it arrives, and speech during playback stops it at once (barge-in) and tells the
-// server how much was heard. A confident transcript at a pause that the device cannot answer goes to the server
-// speculatively (`speculativeTurns`): the LLM starts while the page waits to be sure the turn is over, and the
-// answer is held there until the page confirms the turn (same final transcript) or cancels it (anything else).
+// server how much was heard. Speech before anything of the answer is audible holds it instead (turn.js): its audio
+// is kept unplayed until that utterance turns out to be a turn of its own (then the held one is barged in on) or
+// nothing, a cough (then the held answer goes on, its kept audio from the start).
+// A confident transcript at a pause that the device cannot answer goes to the server speculatively
+// (`speculativeTurns`): the LLM starts while the page waits to be sure the turn is over, and the answer is held
+// there until the page confirms the turn (same final transcript) or cancels it (anything else). No speculative turn
+// goes out while a server turn is held.
 
 /** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
 const TURN_AUDIO_WAIT_MS = 500;
@@ -99,6 +103,8 @@ export class Voxline {
     this.sendingTurns = 0;
     /** Settles once the last barge-in has been sent: a speculative turn must not overtake it. */
     this.bargeInSent = Promise.resolve();
+    /** @type {{turnId: number, chunks: Float32Array[]}|null} the reply audio of the held server turn (turn.js) */
+    this.heldAudio = null;
   }
 
   /** Load models and start the workers; fires `voxline:ready` (never waits for the microphone). */
@@ -252,7 +258,7 @@ export class Voxline {
     if (ev.type === 'speech-start') {
       this.turn = { start: ev.start, voicedAt: ev.voicedAt, final: null, result: null, ended: false };
       this.events.emit(EVENTS.speechStart, { start_t: ev.voicedAt / rate });
-      this.#exchangeInput({ type: 'speech-start' }); // over a reply: barge-in
+      this.#exchangeInput({ type: 'speech-start' }); // over reply audio: barge-in; over a silent answer: hold
       this.turn.partialTimer = setInterval(() => this.#partial(), this.settings.partialEverySecs * 1000);
     } else if (!turn) {
       return;
@@ -493,8 +499,11 @@ export class Voxline {
    */
   async #speculate(turn, decoded) {
     const settings = this.settings;
+    // No speculation over a held turn, even one finished on the server: the barge-in it may still need (when this
+    // utterance turns out to be a turn) is refused by the server while a speculative turn is open.
     const open = () => !turn.ended && !turn.dispatched && turn.final?.id === decoded.id && !this.speculation
-      && this.sendingTurns === 0 && this.exchange.serverTurn === null && this.link?.connected;
+      && this.sendingTurns === 0 && this.exchange.serverTurn === null && this.exchange.held === null
+      && this.link?.connected;
     if (!settings.speculativeTurns || decoded.confidence < settings.speculativeMinConfidence || !open()) return;
     if (await this.#finalCommand(decoded)) return;
     await this.bargeInSent; // one turn at a time on the server: the one talked over must be ended first
@@ -583,12 +592,15 @@ export class Voxline {
     for (const effect of this.exchange.input({ t: this.capture.audioTime, ...input })) {
       if (effect.type === 'phase') {
         const { type, phase, turnId, ...detail } = effect;
-        this.events.emit(EVENTS.turn, { state: phase, ...detail, ...(turnId === undefined ? {} : { turn_id: turnId }) });
+        this.events.emit(EVENTS.turn, { state: phase, ...detail,
+          ...(turnId === undefined ? {} : { turn_id: turnId }) });
       } else if (effect.type === 'barge-in') {
         bargedIn = this.bargeInSent = this.#bargeIn(effect.turnId);
       } else if (effect.type === 'play') {
         if (effect.begin) this.player.begin(effect.turnId);
         this.player.push(effect.turnId, samples);
+      } else if (effect.type === 'hold' || effect.type === 'release' || effect.type === 'drop') {
+        this.#heldReply(effect, samples);
       } else if (effect.type === 'end-playback') {
         this.player.end(effect.turnId);
       } else if (effect.type === 'reply') {
@@ -601,12 +613,38 @@ export class Voxline {
   }
 
   /**
+   * The reply audio of a held server turn. It is kept here, not queued on a paused player: the player is one
+   * worklet for every reply, so pausing it would also hold audio that must stop or play out, and a reply queued there
+   * would count as playing (`player.playing`), which a barge-in reads as heard. Released, it is queued from its
+   * first chunk as any reply is; dropped, none of it plays (and a turn whose `reply.done` said audio was pending
+   * has its timings completed without it).
+   * @param {{type: 'hold'|'release'|'drop', turnId: number, replied?: boolean}} effect
+   * @param {Float32Array|null} samples the chunk to keep (`hold`)
+   */
+  #heldReply({ type, turnId, replied }, samples) {
+    if (type === 'hold') {
+      if (this.heldAudio?.turnId !== turnId) this.heldAudio = { turnId, chunks: [] };
+      this.heldAudio.chunks.push(samples);
+      return;
+    }
+    const chunks = this.heldAudio?.turnId === turnId ? this.heldAudio.chunks : [];
+    this.heldAudio = null;
+    if (type === 'release') {
+      this.player.begin(turnId);
+      for (const chunk of chunks) this.player.push(turnId, chunk);
+    } else if (replied) {
+      this.turnTimings.replyDone(turnId, { interrupted: true, audioPending: false });
+    }
+  }
+
+  /**
    * The user speaks over a reply (turn.js decided it): stop it now. Playing audio is stopped (`voxline:reply-audio
    * {last: true, interrupted: true, played_ms}`), and `barge_in` says how much of it was heard; an unfinished reply
    * not yet audible is cancelled with nothing heard. The server cancels generation if it is still running (its
    * `reply.done` says interrupted) and keeps only what was heard in the dialog, whether or not it had finished the
-   * reply. Resolves once `barge_in` is sent, so a new turn never overtakes it.
-   * @param {number|null} turnId the unfinished server turn (null: only a reply's tail is playing)
+   * reply. Resolves once `barge_in` is sent, so a new turn never overtakes it. A held turn is barged in on with
+   * nothing heard, also when it has finished on the server (which then trims its dialog to what was heard).
+   * @param {number|null} turnId the unfinished or held server turn (null: only a reply's tail is playing)
    */
   async #bargeIn(turnId) {
     if (this.player?.playing) { // also the tail of a reply the server has finished sending
