@@ -107,6 +107,15 @@ test('speech before any audio holds the server turn; sending a new turn cancels 
   assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
 });
 
+test('with holding off (the design before), speech before any audio barges in on the server turn at once', () => {
+  const machine = new TurnMachine({ hold: false });
+  const effects = [{ type: 'speech-start' }, { type: 'speech-end' }, sent(1), { type: 'speech-start' }]
+    .flatMap((input, t) => machine.input({ t, ...input }));
+  assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: 1 }]);
+  assert.equal(effects.at(-1).interrupted, 1);
+  assert.equal(machine.held, null);
+});
+
 test('barge-in on the tail of a reply the server has finished sending stops the playback', () => {
   const { effects } = run('speech-start', 'speech-end', sent(1), audio(1), done(1), 'speech-start');
   assert.deepEqual(ofType(effects, 'barge-in'), [{ type: 'barge-in', turnId: null }]);

@@ -84,7 +84,9 @@ class HeldTurn {
 }
 
 export class TurnMachine {
-  constructor() {
+  /** @param {{hold?: boolean}} options hold: speech over a silent answer holds it (default); false barges in */
+  constructor({ hold = true } = {}) {
+    this.hold = hold;
     this.phase = Phase.IDLE;
     /** @type {number|null} the server turn sent and not yet finished (`reply.done`): at most one */
     this.serverTurn = null;
@@ -150,7 +152,7 @@ export class TurnMachine {
    * one chunk); over a server turn nothing of which is audible yet, a hold (the utterance may be a cough).
    */
   #speechStart() {
-    if (this.held || this.#silentServerTurn()) {
+    if (this.held || (this.hold && this.#silentServerTurn())) {
       this.held ??= new HeldTurn(this.serverTurn);
       return this.#to(Phase.HEARING);
     }

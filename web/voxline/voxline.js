@@ -77,11 +77,11 @@ export class Voxline {
     this.token = options.token ?? null;
     /** @type {Map<number, {text: string, reheard: boolean}>} server turn id → the transcript this page sent */
     this.sentTurns = new Map();
-    /** Where the exchange stands, which server turn is unfinished, which replies play (turn.js). */
-    this.exchange = new TurnMachine();
     /** @type {((msg: object) => void)[]} waiting for the Opus packets of the turn that just ended */
     this.turnAudioWaiters = [];
     this.settings = resolveSettings(options.settings);
+    /** Where the exchange stands, which server turn is unfinished, which replies play (turn.js). */
+    this.exchange = new TurnMachine({ hold: this.settings.holdSilentAnswers });
     this.target = options.target ?? document;
     this.onProgress = options.onProgress ?? (() => {});
     this.capture = new Capture(this.settings);
