@@ -70,6 +70,9 @@ export const DEFAULTS = Object.freeze({
   grammarBeam: 3,
   /** Decoder steps the constrained search may spend beyond the free decode, at most. */
   grammarMaxSteps: 16,
+  /** The constrained search may leave the free transcript at any token the grammar accepts, not only at the first
+   * one it refuses ("Time for 1 hour" → "Timer for 1 hour"; see whisper.js). */
+  grammarBacktrack: true,
   /** Utterances up to this long, heard with word confidence below `commandPromptBelowConfidence` and not as a
    * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */
   commandPromptMaxSecs: 3,
@@ -96,6 +99,10 @@ export const DEFAULTS = Object.freeze({
    * The LLM starts while the page still waits to be sure the user has finished. */
   speculativeTurns: true,
   speculativeMinConfidence: 0.78,
+  /** Speech that starts before anything of the server's answer is audible holds the answer instead of cancelling
+   * it: a cough or a stray word does not lose a command the server is still resolving (turn.js). Off: any speech
+   * over a pending answer barges in on it, the design before. */
+  holdSilentAnswers: true,
   /** Most entries the IndexedDB intent cache keeps; past that the least recently used go. */
   intentCacheMaxEntries: 500,
 

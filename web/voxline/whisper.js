@@ -10,8 +10,9 @@
 //
 // Command reading (grammar-aware decoding, when a `CommandGraph` is set): beside the free transcript, the most
 // likely reading that is a sentence of the grammar. Where the free transcript already is one, it is the reading
-// and costs nothing more. Otherwise a best-first beam continues the decode from the first token the grammar
-// refuses, among the tokens it allows, from the decoder state saved at that step; a hypothesis is dropped once its
+// and costs nothing more. Otherwise a best-first beam continues the decode, among the tokens the grammar allows,
+// from the decoder states saved by the free decode: at the first token the grammar refuses, and at each earlier one
+// (`grammarBacktrack`: a misheard first word may only be refused later on); a hypothesis is dropped once its
 // log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only
 // falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
 // decoded once more with a prompt of the grammar's short commands, and its reading kept when it is more confident.
@@ -307,19 +308,17 @@ export class Whisper {
   async #commandReading(free, steps, crossK, crossV, budget, settings, cancelled, search = true) {
     const graph = this.graph;
     const eot = this.tokenizer.eot;
-    let state = graph.start();
+    const states = [graph.start()]; // states[k]: after the free transcript's first k tokens
     let agreed = 0;
     for (; agreed < free.ids.length; agreed++) {
-      const next = graph.feed(state, this.tokenText(free.ids[agreed]));
+      const next = graph.feed(states[agreed], this.tokenText(free.ids[agreed]));
       if (!next) break;
-      state = next;
+      states.push(next);
     }
     const freeTotal = free.logprobs.reduce((a, b) => a + b, 0) + (free.eotLogprob ?? 0);
-    const ids = free.ids.slice(0, agreed);
-    const chosen = free.logprobs.slice(0, agreed);
-    const tops = steps.slice(0, agreed).map((s) => s.top);
-    if (agreed === free.ids.length && free.eotLogprob !== null && graph.complete(state)) {
-      return this.#reading(ids, chosen, tops, 0, false, state);
+    if (agreed === free.ids.length && free.eotLogprob !== null && graph.complete(states[agreed])) {
+      return this.#reading(free.ids.slice(), free.logprobs.slice(), steps.slice(0, agreed).map((s) => s.top), 0,
+        false, states[agreed]);
     }
     if (!search) return null;
     let floor = freeTotal - settings.grammarMaxMarginNats;
@@ -327,12 +326,20 @@ export class Whisper {
     if (agreed < steps.length) {
       root = { ...steps[agreed] };
     } else { // the free decode stopped on a guard after this token: the step after it was never run
-      const out = await this.#step([ids[agreed - 1]], steps[agreed - 1].pastK, steps[agreed - 1].pastV, crossK, crossV);
+      const last = steps[agreed - 1];
+      const out = await this.#step([free.ids[agreed - 1]], last.pastK, last.pastV, crossK, crossV);
       root = { pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top };
     }
     // Best-first beam over the tokens the graph allows: a hypothesis's total only falls as it grows, so the best
-    // finished reading beats every unfinished one whose total is already below it.
-    let beam = [{ ids, chosen, tops, state, total: chosen.reduce((a, b) => a + b, 0), ...root }];
+    // finished reading beats every unfinished one whose total is already below it. It starts from every prefix of
+    // the free transcript the graph accepts, not only the longest (`grammarBacktrack`): "Time for 1 hour" is
+    // refused at " for" (no command has the word "time" there), but the command "Timer for 1 hour" leaves the free
+    // transcript at its first token. A prefix's own next token is left to the longer prefix (`skip`).
+    const seed = (k, decoder) => ({ ids: free.ids.slice(0, k), chosen: free.logprobs.slice(0, k),
+      tops: steps.slice(0, k).map((s) => s.top), state: states[k],
+      total: free.logprobs.slice(0, k).reduce((a, b) => a + b, 0), skip: free.ids[k], ...decoder });
+    const earlier = settings.grammarBacktrack ? Array.from({ length: agreed }, (_, k) => seed(k, steps[k])) : [];
+    let beam = [...earlier, seed(agreed, root)];
     let best = null;
     let runs = 0;
     while (beam.length) {
@@ -341,6 +348,7 @@ export class Whisper {
         for (const candidate of hyp.top) {
           const total = hyp.total + candidate.logprob;
           if (total < floor) break; // candidates are sorted: none after this one fits either
+          if (candidate.id === hyp.skip) continue;
           if (candidate.id === eot) {
             if (!graph.complete(hyp.state)) continue;
             if (!best || total > best.total) best = { ...hyp, total };

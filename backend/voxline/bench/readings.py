@@ -1,11 +1,14 @@
 """`voxline bench readings`: what the device would act on, grammar-aware decoding beside the free decode alone.
 
 The browser's own Whisper module (web/voxline/whisper.js, run by node on onnxruntime-web's wasm, one thread) decodes
-each clip twice, alternating: `grammar` (the current defaults: command readings from the grammar's word graph, a
-prompted second decode for short unsure utterances) and `free` (``grammarDecode`` off: the free transcript and its
-word confidence, the design before it). For each, the device's decision is scored the way the page makes it: a
-command reading at or above ``commandMinConfidence``, else the free transcript at or above
-``localIntentMinConfidence``, matched by the grammar engine; anything else goes to the server (no answer here).
+each clip once per configuration, alternating clip by clip (`--configs` picks some): `grammar` (the current
+defaults: command readings from the grammar's word graph, a prompted second decode for short unsure utterances),
+`anchored` (the constrained search leaves the free transcript only where the grammar first refuses it,
+``grammarBacktrack`` off), `spelled` (the command confidence before it was calibrated, with its gate) and `free`
+(``grammarDecode`` off: the free transcript and its word confidence alone). For each, the device's decision is
+scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else the free transcript
+at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to the server (no answer
+here).
 
 The default set is `sets/tuning-en.txt`, on which the confidence gate was chosen; the held-out set for the whole
 pipeline is `sets/commands-en.jsonl` (`voxline bench intents --set`). Expected intents come from the grammar
@@ -41,9 +44,9 @@ VOICES = {
     "hibari": ("hibari", None, 1.0),
     "hibari-fast": ("hibari", None, 1.15),
 }
-# Page settings of each configuration decoded (see the module docstring); `spelled` is the command confidence before
-# it was calibrated (with its gate).
-CONFIGS = {"grammar": {}, "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
+# Page settings of each configuration decoded (see the module docstring).
+CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
+           "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
            "free": {"grammarDecode": False}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
@@ -186,7 +189,10 @@ def _spelled_confidence(reading: dict) -> float:
     return f["spelled"] * math.exp(0.5 * min(0.0, f["margin"]))
 
 
-def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False) -> dict:
+def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False,
+        config_names: list[str] | None = None) -> dict:
+    """Decode the set (each voice, clean and noisy) once per configuration (`config_names`: some of `CONFIGS`,
+    default all; the current defaults, `grammar`, always) and score the device's decisions, or fit (`fit`)."""
     from voxline import paths
     from voxline.intents import builtin_grammar
     from voxline.intents.lexicon import decoding_lexicon
@@ -206,7 +212,8 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
                     samples.astype(np.float32).tofile(clip_path)
                     items.append({"text": text, "voice": voice + suffix, "path": str(clip_path),
                                   "truth": _key(text, grammar)})
-        configs = {"grammar": CONFIGS["grammar"]} if fit else CONFIGS
+        names = ["grammar"] if fit else ["grammar", *(n for n in config_names or CONFIGS if n != "grammar")]
+        configs = {name: CONFIGS[name] for name in names}
         request = {"modelDir": str(paths.model_dir("whisper-tiny-en-onnx")),
                    "lexicon": decoding_lexicon(grammar, "en"), "clips": [{"path": i["path"]} for i in items],
                    "configs": configs}
@@ -222,7 +229,7 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
                          "wall_s": round(time.monotonic() - started, 1)}
     for name, rows in results.items():
         report[name] = score(items, rows, grammar, CONFIGS[name].get("commandMinConfidence", COMMAND_MIN_CONFIDENCE))
-    for name in ("spelled", "free"):
+    for name in (n for n in results if n != "grammar"):
         report[f"accuracy_ratio_vs_{name}"] = round(report["grammar"]["accuracy"] / max(1e-9, report[name]["accuracy"]),
                                                     2)
     report["wall_s"] = round(time.monotonic() - started, 1)
@@ -235,11 +242,15 @@ def main(args) -> int:
     unknown = [v for v in voices if v not in VOICES]
     if unknown:
         raise SystemExit(f"unknown voice(s) {', '.join(unknown)}: choose from {', '.join(VOICES)}")
-    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit)
+    names = [n for spec in args.configs or [] for n in spec.split(",")] or None
+    unknown = [n for n in names or [] if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}: choose from {', '.join(CONFIGS)}")
+    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit, names)
     if args.fit:
         print(json.dumps(report, indent=1))
         return 0
-    errors = {name: report[name].pop("errors") for name in CONFIGS}
+    errors = {name: report[name].pop("errors") for name in CONFIGS if name in report}
     print(json.dumps(report, indent=1))
     if args.errors:
         for name, rows in errors.items():
