@@ -11,10 +11,10 @@
 // Command reading (grammar-aware decoding, when a `CommandGraph` is set): beside the free transcript, the most
 // likely reading that is a sentence of the grammar. Where the free transcript already is one, it is the reading
 // and costs nothing more. Otherwise a best-first beam continues the decode, among the tokens the grammar allows,
-// from the decoder states saved by the free decode: at the first token the grammar refuses, and at each earlier one
-// (`grammarBacktrack`: a misheard first word may only be refused later on); a hypothesis is dropped once its
-// log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a sum of log-probabilities only
-// falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
+// from the decoder states saved by the free decode: at the first token the grammar refuses, and, when that finds
+// nothing, at each earlier one (`grammarBacktrack`: a misheard first word may be refused only later on); a
+// hypothesis is dropped once its log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a
+// sum of log-probabilities only falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
 // decoded once more with a prompt of the grammar's short commands, and its reading kept when it is more confident.
 // Command confidence: the probability that the reading is what was said, from a logistic model
 // (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over four
@@ -307,7 +307,6 @@ export class Whisper {
    */
   async #commandReading(free, steps, crossK, crossV, budget, settings, cancelled, search = true) {
     const graph = this.graph;
-    const eot = this.tokenizer.eot;
     const states = [graph.start()]; // states[k]: after the free transcript's first k tokens
     let agreed = 0;
     for (; agreed < free.ids.length; agreed++) {
@@ -321,7 +320,7 @@ export class Whisper {
         false, states[agreed]);
     }
     if (!search) return null;
-    let floor = freeTotal - settings.grammarMaxMarginNats;
+    const floor = freeTotal - settings.grammarMaxMarginNats;
     let root;
     if (agreed < steps.length) {
       root = { ...steps[agreed] };
@@ -330,18 +329,33 @@ export class Whisper {
       const out = await this.#step([free.ids[agreed - 1]], last.pastK, last.pastV, crossK, crossV);
       root = { pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top };
     }
-    // Best-first beam over the tokens the graph allows: a hypothesis's total only falls as it grows, so the best
-    // finished reading beats every unfinished one whose total is already below it. It starts from every prefix of
-    // the free transcript the graph accepts, not only the longest (`grammarBacktrack`): "Time for 1 hour" is
-    // refused at " for" (no command has the word "time" there), but the command "Timer for 1 hour" leaves the free
-    // transcript at its first token. A prefix's own next token is left to the longer prefix (`skip`).
+    // The search starts where the graph refused the free transcript; when it finds nothing there, it starts again
+    // from every shorter prefix the graph accepted (`grammarBacktrack`): "Time for 1 hour" is refused at " for" (no
+    // command has the word "time" there), but the command "Timer for 1 hour" leaves the free transcript at its
+    // first token. A prefix's own next token is left to the longer prefix (`skip`).
     const seed = (k, decoder) => ({ ids: free.ids.slice(0, k), chosen: free.logprobs.slice(0, k),
       tops: steps.slice(0, k).map((s) => s.top), state: states[k],
       total: free.logprobs.slice(0, k).reduce((a, b) => a + b, 0), skip: free.ids[k], ...decoder });
-    const earlier = settings.grammarBacktrack ? Array.from({ length: agreed }, (_, k) => seed(k, steps[k])) : [];
-    let beam = [...earlier, seed(agreed, root)];
+    const searchFrom = (beam, runs) => this.#search(beam, floor, runs, budget, settings, crossK, crossV, cancelled);
+    let found = await searchFrom([seed(agreed, root)], 0);
+    if (!found.cancelled && !found.best && settings.grammarBacktrack && agreed > 0) {
+      found = await searchFrom(Array.from({ length: agreed }, (_, k) => seed(k, steps[k])), found.runs);
+    }
+    if (found.cancelled) return found;
+    const { best, runs } = found;
+    return best && this.#reading(best.ids, best.chosen, best.tops, best.total - freeTotal, true, best.state, runs);
+  }
+
+  /**
+   * Best-first beam over the tokens the graph allows, from the hypotheses `beam`: a hypothesis's total only falls
+   * as it grows, so the best finished reading beats every unfinished one whose total is already below it; none
+   * below `floor`; at most `grammarMaxSteps` decoder steps in all (`runs` spent already).
+   * @returns {Promise<{best: object|null, runs: number}|{cancelled: true}>}
+   */
+  async #search(beam, floor, runs, budget, settings, crossK, crossV, cancelled) {
+    const { graph } = this;
+    const eot = this.tokenizer.eot;
     let best = null;
-    let runs = 0;
     while (beam.length) {
       const children = [];
       for (const hyp of beam) {
@@ -374,7 +388,7 @@ export class Whisper {
           pastK: out.new_k, pastV: out.new_v, top: this.#pick(out.logits.data, false).top });
       }
     }
-    return best && this.#reading(best.ids, best.chosen, best.tops, best.total - freeTotal, true, best.state, runs);
+    return { best, runs };
   }
 
   /**
