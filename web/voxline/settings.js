@@ -70,8 +70,8 @@ export const DEFAULTS = Object.freeze({
   grammarBeam: 3,
   /** Decoder steps the constrained search may spend beyond the free decode, at most. */
   grammarMaxSteps: 16,
-  /** The constrained search may leave the free transcript at any token the grammar accepts, not only at the first
-   * one it refuses ("Time for 1 hour" → "Timer for 1 hour"; see whisper.js). */
+  /** When the constrained search finds nothing from the first token of the free transcript the grammar refuses, it
+   * starts again from each earlier token ("Time for 1 hour" → "Timer for 1 hour"; see whisper.js). */
   grammarBacktrack: true,
   /** Utterances up to this long, heard with word confidence below `commandPromptBelowConfidence` and not as a
    * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */

@@ -13,9 +13,10 @@
 // and costs nothing more. Otherwise a best-first beam continues the decode, among the tokens the grammar allows,
 // from the decoder states saved by the free decode: at the first token the grammar refuses, and, when that finds
 // nothing, at each earlier one (`grammarBacktrack`: a misheard first word may be refused only later on); a
-// hypothesis is dropped once its log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's (a
-// sum of log-probabilities only falls as tokens are added, so this never loses a reading within the margin). A short utterance heard unsurely is
-// decoded once more with a prompt of the grammar's short commands, and its reading kept when it is more confident.
+// hypothesis is dropped once its log-likelihood falls more than `grammarMaxMarginNats` below the free transcript's
+// (a sum of log-probabilities only falls as tokens are added, so this never loses a reading within the margin). A
+// short utterance heard unsurely is decoded once more with a prompt of the grammar's short commands, and its
+// reading kept when it is more confident.
 // Command confidence: the probability that the reading is what was said, from a logistic model
 // (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over four
 // things the decode knows: how well the reading's words are spelled (the geometric mean, over its word tokens, of
