@@ -5,41 +5,25 @@ the free transcript before the token the grammar refused (`grammarBacktrack`).""
 
 from __future__ import annotations
 
-import json
-import subprocess
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from voxline import paths
-from voxline.bench.readings import NODE_SCRIPT, _clip
+from voxline.bench.readings import _clip, decode
 from voxline.intents import builtin_grammar, normalize, recognize
-from voxline.intents.lexicon import decoding_lexicon
 
 SAID = "timer for one hour"
 VOICES = ("espeak-gb", "espeak-us-f3", "hibari")
 
 
-def _decode(clips: list[np.ndarray], configs: dict) -> dict:
-    grammar = builtin_grammar()
-    with tempfile.TemporaryDirectory() as tmp:
-        paths_ = []
-        for i, clip in enumerate(clips):
-            path = Path(tmp) / f"{i}.f32"
-            clip.astype(np.float32).tofile(path)
-            paths_.append({"path": str(path)})
-        request = {"modelDir": str(paths.model_dir("whisper-tiny-en-onnx")),
-                   "lexicon": decoding_lexicon(grammar, "en"), "clips": paths_, "configs": configs}
-        done = subprocess.run(["node", str(NODE_SCRIPT)], input=json.dumps(request), capture_output=True, text=True,
-                              check=True)
-    return json.loads(done.stdout)
-
-
 def test_a_misheard_first_word_is_read_as_the_command_by_leaving_the_free_transcript_early():
     grammar = builtin_grammar()
-    out = _decode([_clip(SAID, voice, seed=0) for voice in VOICES],
-                  {"backtrack": {}, "anchored": {"grammarBacktrack": False}})
+    with tempfile.TemporaryDirectory() as tmp:
+        clips = [Path(tmp) / f"{voice}.f32" for voice in VOICES]
+        for voice, path in zip(VOICES, clips):
+            _clip(SAID, voice, seed=0).astype(np.float32).tofile(path)
+        out = decode(clips, {"backtrack": {}, "anchored": {"grammarBacktrack": False}}, grammar)
     anchored_missed = 0
     for voice, now, before in zip(VOICES, out["backtrack"], out["anchored"]):
         reading = now["command"]

@@ -189,13 +189,26 @@ def _spelled_confidence(reading: dict) -> float:
     return f["spelled"] * math.exp(0.5 * min(0.0, f["margin"]))
 
 
+def decode(clip_paths: list[str], configs: dict[str, dict], grammar) -> dict[str, list[dict]]:
+    """Decode raw 16 kHz float32 clips (files) with the browser's whisper.js under node, once per configuration of
+    page settings, alternating clip by clip; each configuration's rows in clip order (see node/readings.mjs)."""
+    from voxline import paths
+    from voxline.intents.lexicon import decoding_lexicon
+
+    request = {"modelDir": str(paths.model_dir("whisper-tiny-en-onnx")), "lexicon": decoding_lexicon(grammar, "en"),
+               "clips": [{"path": str(p)} for p in clip_paths], "configs": configs}
+    done = subprocess.run(["node", str(NODE_SCRIPT)], input=json.dumps(request), capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"the node decoder failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout)
+
+
 def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False,
         config_names: list[str] | None = None) -> dict:
     """Decode the set (each voice, clean and noisy) once per configuration (`config_names`: some of `CONFIGS`,
     default all; the current defaults, `grammar`, always) and score the device's decisions, or fit (`fit`)."""
-    from voxline import paths
     from voxline.intents import builtin_grammar
-    from voxline.intents.lexicon import decoding_lexicon
 
     started = time.monotonic()
     grammar = builtin_grammar()
@@ -214,14 +227,7 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
                                   "truth": _key(text, grammar)})
         names = ["grammar"] if fit else ["grammar", *(n for n in config_names or CONFIGS if n != "grammar")]
         configs = {name: CONFIGS[name] for name in names}
-        request = {"modelDir": str(paths.model_dir("whisper-tiny-en-onnx")),
-                   "lexicon": decoding_lexicon(grammar, "en"), "clips": [{"path": i["path"]} for i in items],
-                   "configs": configs}
-        done = subprocess.run(["node", str(NODE_SCRIPT)], input=json.dumps(request), capture_output=True, text=True,
-                              check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"the node decoder failed: {done.stderr[-2000:]}")
-        results = json.loads(done.stdout)
+        results = decode([i["path"] for i in items], configs, grammar)
     report = {"benchmark": "readings", "set": str(set_path), "voices": voices, "noise_snr_db": noise_snr_db,
               "speech": "synthetic (espeak-ng, hibari): a proxy for real voices", "utterances": len(items)}
     if fit:
