@@ -1,6 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { commandConfidence, repeatStart, WhisperTokenizer, wordCount } from '../voxline/whisper.js';
+import {
+  commandConfidence, repeatStart, WhisperTokenizer, withoutTrailingRepeats, wordCount,
+} from '../voxline/whisper.js';
 
 test('the repeat guard finds a restarted 3-gram and nothing else', () => {
   assert.equal(repeatStart([1, 2, 3, 4, 5, 6]), -1);
@@ -31,4 +33,14 @@ test('words are counted as the confidence model counts them', () => {
   assert.equal(wordCount("Let's skip this song."), 4);
   assert.equal(wordCount('volume to 40%'), 3);
   assert.equal(wordCount(''), 0);
+});
+
+test('a loop the repeat guard cut counts its words once', () => {
+  assert.equal(wordCount('Console Console Console', true), 1);
+  assert.equal(wordCount('Console Console Console'), 3, 'a decode that stopped on its own counts every word');
+  assert.equal(wordCount('Turn the music, the music, the music', true), 3);
+  assert.equal(wordCount('Set a timer for ten ten', true), 5);
+  assert.equal(wordCount('Stop the music', true), 3, 'nothing repeated: every word counts');
+  assert.equal(withoutTrailingRepeats(['x', 'y', 'y', 'x', 'y', 'y']), 3, 'the run that removes most');
+  assert.equal(withoutTrailingRepeats([]), 0);
 });

@@ -23,9 +23,9 @@
 // the probability of every token spelling the same word: " Stop", "stop", " STOP" count together; over free text,
 // a song name, plain token probabilities), its margin (log-likelihood below the decode it came from), the free
 // transcript's word confidence, and how many words the reading has beside the free transcript (a prompted decode
-// that stops after "Stop." on "stop signs are red" reads a command into part of a sentence). Off
-// (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials (while the user speaks)
-// get a reading only where the free transcript is one: no search, no second decode.
+// that stops after "Stop." on "stop signs are red" reads a command into part of a sentence; a loop the repeat guard
+// cut counts once). Off (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials
+// (while the user speaks) get a reading only where the free transcript is one: no search, no second decode.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
@@ -46,9 +46,28 @@ export const COMMAND_CONFIDENCE_MODEL = Object.freeze({
   bias: 3.85, spelled: 0.32, margin: 0.44, freeConfidence: 0.53, wordRatio: 2.99,
 });
 
-/** Words in a transcript, as the confidence model counts them. */
-export function wordCount(text) {
-  return text.split(WORD_BREAK).filter(Boolean).length;
+/**
+ * Words in a transcript, as the confidence model counts them. A transcript cut out of a repetition loop (`loop`: the
+ * repeat guard stopped its decode) counts the loop's words once: "Console Console Console" is one word heard.
+ */
+export function wordCount(text, loop = false) {
+  const words = text.split(WORD_BREAK).filter(Boolean);
+  return loop ? withoutTrailingRepeats(words.map((w) => w.toLowerCase())) : words.length;
+}
+
+/**
+ * Length of `items` once its end is no longer a run repeated back to back (runs of 1 to `longest` items): `a b c c c`
+ * → 3, `x a b a b` → 3, `a b c` → 3.
+ */
+export function withoutTrailingRepeats(items, longest = REPEAT_NGRAM) {
+  const same = (a, b, n) => items.slice(a, a + n).every((item, i) => item === items[b + i]);
+  let shortest = items.length;
+  for (let n = 1; n <= longest; n++) {
+    let end = items.length;
+    while (end >= 2 * n && same(end - n, end - 2 * n, n)) end -= n;
+    shortest = Math.min(shortest, end);
+  }
+  return shortest;
 }
 
 /**
@@ -399,7 +418,7 @@ export class Whisper {
   #confide(reading, free, settings) {
     if (!reading) return;
     reading.features = { spelled: reading.spelled, margin: reading.margin, freeConfidence: free.confidence,
-      readingWords: wordCount(reading.text), freeWords: wordCount(free.text) };
+      readingWords: wordCount(reading.text), freeWords: wordCount(free.text, free.guard === 'repeat') };
     reading.confidence = settings.calibratedCommandConfidence ? commandConfidence(reading.features)
       : reading.spelled * Math.exp(0.5 * Math.min(0, reading.margin));
   }

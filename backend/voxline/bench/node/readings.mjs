@@ -1,7 +1,7 @@
 // `voxline bench readings`, the decoding half: the browser's Whisper module (web/voxline/whisper.js) run by node
 // on onnxruntime-web's wasm, over raw 16 kHz float32 clips, once per configuration of the page's settings.
 // Input on stdin: {modelDir, lexicon, clips: [{path}], configs: {name: settingsOverrides}}.
-// Output on stdout: {name: [{text, confidence, command, prompted, encodeMs, decodeMs}, ...]} in clip order.
+// Output on stdout: {name: [{text, confidence, guard, command, prompted, encodeMs, decodeMs}, ...]} in clip order.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -27,8 +27,8 @@ for (const clip of input.clips) {
   const audio = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
   for (const [name, overrides] of Object.entries(input.configs)) { // alternating, clip by clip
     const r = await whisper.transcribe(audio, resolveSettings(overrides));
-    out[name].push({ text: r.text, confidence: r.confidence, command: r.command, prompted: r.prompted,
-      encodeMs: r.encodeMs, decodeMs: r.decodeMs });
+    out[name].push({ text: r.text, confidence: r.confidence, guard: r.guard, command: r.command,
+      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs });
   }
 }
 process.stdout.write(JSON.stringify(out));
