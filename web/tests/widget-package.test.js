@@ -84,8 +84,12 @@ test('exports, types and files point at the built bundles and the types, all of 
 });
 
 test('a TypeScript consumer compiles against the types as installed (tsc --noEmit)', () => {
-  // typescript is a pinned devDependency (package.json): `npm ci` installs it.
-  const tsc = createRequire(path.join(root, 'package.json')).resolve('typescript/bin/tsc');
+  let tsc;
+  try {
+    tsc = createRequire(path.join(root, 'package.json')).resolve('typescript/bin/tsc');
+  } catch {
+    assert.fail('typescript is missing from node_modules: it is a pinned devDependency, run `npm ci` (setup.sh does)');
+  }
   const project = mkdtempSync(path.join(tmpdir(), 'voxline-widget-types-'));
   try {
     mkdirSync(path.join(project, 'node_modules'));
