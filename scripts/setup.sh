@@ -31,7 +31,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if [ "$(cat .venv/.voxline-deps 2>/dev/null)" != "$deps_key" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[convert,test,tracing,bench,ray]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
+    -e '.[client,convert,test,tracing,bench,ray]'
   echo "$deps_key" > .venv/.voxline-deps
 else
   echo "up to date" >&2

@@ -70,16 +70,17 @@ def _cmd_token_secret(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_fetch(args: argparse.Namespace) -> int:
-    from voxline.config import Settings
     from voxline.models import load_manifest
-    from voxline.models.supply import fetch
+    from voxline.models.supply import cache_lock, fetch
     from voxline.server.assets import precompress_browser_assets
+    from voxline.server.runtimes import fetch_runtimes
 
     manifest = load_manifest()
     fetch(manifest, args.names or None, record=args.record)
+    with cache_lock():  # the browser runtimes (onnxruntime-web, Pyodide): pinned npm tarballs, like the models
+        fetch_runtimes()
     # Brotli and gzip variants of what the page downloads (built once, skipped when present): see server/assets.py.
-    precompress_browser_assets(manifest, Settings.from_env().node_modules_dir,
-                               lambda line: print(line, file=sys.stderr))
+    precompress_browser_assets(manifest, log_line=lambda line: print(line, file=sys.stderr))
     print(f"models ready in {paths.cache_dir()}", file=sys.stderr)
     return 0
 
