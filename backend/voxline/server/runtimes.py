@@ -42,7 +42,8 @@ class RuntimePackage:
     version: str
     """The pinned version (`package-lock.json`); part of every URL of the package."""
     folder: str
-    """Where its files are, inside `node_modules/<name>/` ('' for the package root)."""
+    """Where its files are inside the package ('' for its root): `node_modules/<name>/<folder>`, and
+    `package/<folder>` in its tarball."""
     files: dict[str, str] = field(hash=False)
     """File name → pinned sha256 of every file served; nothing else of the package is."""
     tarball: str = ""
