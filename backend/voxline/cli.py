@@ -88,10 +88,14 @@ def _cmd_models_fetch(args: argparse.Namespace) -> int:
 def _cmd_models_verify(args: argparse.Namespace) -> int:
     from voxline.models import load_manifest
     from voxline.models.supply import verify_model
+    from voxline.server.runtimes import RUNTIMES, read_runtime_file
 
     manifest = load_manifest()
     specs = [manifest.model(n) for n in args.names] if args.names else list(manifest.models)
     problems = [p for spec in specs for p in verify_model(spec)]
+    if not args.names:  # and the browser runtimes, which `voxline models fetch` unpacks beside them
+        problems += [file.problem for package in RUNTIMES for name in package.files
+                     if (file := read_runtime_file(package, name)).problem]
     missing_tools = [t for t in manifest.system if not shutil.which(t.command)]
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
@@ -100,7 +104,8 @@ def _cmd_models_verify(args: argparse.Namespace) -> int:
     if problems or missing_tools:
         print("Run `voxline models fetch` to rebuild what is missing or altered.", file=sys.stderr)
         return 1
-    print(f"all {len(specs)} models verified in {paths.cache_dir()}")
+    runtimes = "" if args.names else " and the browser runtimes"
+    print(f"all {len(specs)} models{runtimes} verified in {paths.cache_dir()}")
     return 0
 
 

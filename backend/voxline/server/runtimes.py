@@ -122,27 +122,29 @@ def load_runtime_files(node_modules: Path | None = None,
     out: dict[str, dict[str, RuntimeFile]] = {}
     for package in packages:
         out[package.name] = {}
-        for name, pinned in package.files.items():
-            path = package.directory(node_modules) / name
-            data, problem = None, None
-            try:
-                raw = path.read_bytes()
-            except OSError as error:
-                problem = (f"{package.name} {name} could not be read ({error.strerror}): run `voxline models fetch` "
-                           f"(it downloads {package.name}@{package.version})")
-            else:
-                actual = hashlib.sha256(raw).hexdigest()
-                if actual == pinned:
-                    data = raw
-                else:
-                    problem = (f"{package.name} {name} differs from its pin (sha256 {actual[:12]}…, pinned "
-                               f"{pinned[:12]}…): run `voxline models fetch` to restore {package.name}@"
-                               f"{package.version}, or update the pins in voxline/server/runtimes.py after reviewing "
-                               "an upgrade")
-            if problem:
-                log.error("not served: %s", problem)
-            out[package.name][name] = RuntimeFile(package, name, data, problem)
+        for name in package.files:
+            out[package.name][name] = file = read_runtime_file(package, name, node_modules)
+            if file.problem:
+                log.error("not served: %s", file.problem)
     return out
+
+
+def read_runtime_file(package: RuntimePackage, name: str, node_modules: Path | None = None) -> RuntimeFile:
+    """One pinned runtime file, read and hashed; its `problem` says what is wrong and how to fix it."""
+    pinned = package.files[name]
+    try:
+        raw = (package.directory(node_modules) / name).read_bytes()
+    except OSError as error:
+        return RuntimeFile(package, name, None, f"{package.name} {name} could not be read ({error.strerror}): "
+                                                f"run `voxline models fetch` (it downloads {package.name}@"
+                                                f"{package.version})")
+    actual = hashlib.sha256(raw).hexdigest()
+    if actual == pinned:
+        return RuntimeFile(package, name, raw, None)
+    return RuntimeFile(package, name, None, f"{package.name} {name} differs from its pin (sha256 {actual[:12]}…, "
+                                            f"pinned {pinned[:12]}…): run `voxline models fetch` to restore "
+                                            f"{package.name}@{package.version}, or update the pins in "
+                                            "voxline/server/runtimes.py after reviewing an upgrade")
 
 
 def fetch_runtimes(packages: tuple[RuntimePackage, ...] = RUNTIMES, log_line: Log = stderr_log) -> list[str]:
