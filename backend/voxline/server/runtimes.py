@@ -11,8 +11,8 @@ big binaries itself against the same digests (web/voxline/loader.js), as it chec
 in its Cache Storage or on the way is refused too.
 
 The tarball pins agree with npm's package-lock (the checkout's `node_modules`, which the widget build and the node
-tests use); these digests pin the files inside it that the page loads. An upgrade of either package changes them:
-`tests/test_assets.py` names the file whose digest moved.
+tests use; `tests/test_runtimes.py` compares them); these digests pin the files inside it that the page loads. An
+upgrade of either package changes them: `tests/test_assets.py` names the file whose digest moved.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class RuntimePackage:
     tarball_sha256: str = ""
     """The sha256 of that tarball as downloaded (the registry's `integrity` is its sha512)."""
     license: str = ""
+    """Its SPDX licence, as the manifest gives each model's package."""
 
     @property
     def url_prefix(self) -> str:
