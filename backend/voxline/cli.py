@@ -111,6 +111,7 @@ def _cmd_models_verify(args: argparse.Namespace) -> int:
 
 def _cmd_models_list(args: argparse.Namespace) -> int:
     from voxline.models import load_manifest
+    from voxline.server.runtimes import RUNTIMES
 
     manifest = load_manifest()
     rows = []
@@ -120,6 +121,12 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
         sources = sorted(manifest.packages[p].requirement for p in spec.packages()) or spec.model_inputs()
         rows.append({"name": spec.name, "role": spec.role, "size_bytes": size, "path": str(folder),
                      "source": ", ".join(sources)})
+    for package in RUNTIMES:  # unpacked by `voxline models fetch` beside the models
+        folder = package.directory()
+        present = [folder / name for name in package.files if (folder / name).is_file()]
+        rows.append({"name": package.name, "role": "runtime",
+                     "size_bytes": sum(p.stat().st_size for p in present) if present else None, "path": str(folder),
+                     "source": package.package_spec().requirement})
     for tool in manifest.system:
         found = shutil.which(tool.command)
         rows.append({"name": tool.name, "role": tool.role, "size_bytes": None, "path": found or "(not installed)",
