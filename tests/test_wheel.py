@@ -87,10 +87,14 @@ def test_an_installed_wheel_serves_everything_from_outside_the_checkout(tmp_path
                                                                                             "VIRTUAL_ENV")}
     env.update(VOXLINE_CACHE=str(scratch_cache(tmp_path)), VOXLINE_LLM_MODEL="smollm2-135m-instruct-ct2",
                VOXLINE_INTENT_NEIGHBOURS="off")
-    where = run([str(python), "-c", "import voxline, voxline.config as c; print(voxline.__file__); "
-                 "print(c.WEB_DIR); print(c.WIDGET_DIR)"], tmp_path, env).split()
-    assert all(Path(p).is_relative_to(venv) for p in where), where  # nothing from the checkout
-    assert "PYTHONPATH" not in env
+    # Nothing from the checkout: the package, its page and widget are the venv's, and no import path leads back.
+    where = json.loads(run([str(python), "-c", "import json, os, sys, voxline, voxline.config as c; print(json.dumps("
+                            "[os.environ.get('PYTHONPATH'), voxline.__file__, str(c.WEB_DIR), str(c.WIDGET_DIR), "
+                            "sys.path]))"], tmp_path, env))
+    pythonpath, package, web, widget, sys_path = where
+    assert pythonpath is None
+    assert all(Path(p).is_relative_to(venv) for p in (package, web, widget)), where
+    assert not any(Path(p).resolve().is_relative_to(REPO_ROOT) for p in sys_path if p), sys_path
     # A core install has no PortAudio binding; `voxline talk` says which extra brings it.
     assert run([str(python), "-c", "import importlib.util as u; print(u.find_spec('sounddevice'))"],
                tmp_path, env).strip() == "None"
@@ -104,13 +108,15 @@ def test_an_installed_wheel_serves_everything_from_outside_the_checkout(tmp_path
     assert all(f"{p.name} {p.version}: unpacked" in fetched.stderr for p in RUNTIMES), fetched.stderr
 
     port = free_port()
-    server = subprocess.Popen([str(voxline), "serve", "--port", str(port)], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=open(tmp_path / "serve.log", "wb"))
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as stderr:
+        server = subprocess.Popen([str(voxline), "serve", "--port", str(port)], cwd=tmp_path, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=stderr)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
-            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            assert server.poll() is None, log.read_text()
             try:
                 status, body = get(base + "/healthz")
             except OSError:
@@ -118,9 +124,9 @@ def test_an_installed_wheel_serves_everything_from_outside_the_checkout(tmp_path
             if status == 200 or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        assert status == 200, (tmp_path / "serve.log").read_text()[-3000:]
+        assert status == 200, log.read_text()[-3000:]
         status, page = get(base + "/")
-        assert status == 200 and b"<html" in page.lower()
+        assert status == 200 and page == (REPO_ROOT / "web" / "index.html").read_bytes()
         status, widget = get(base + "/widget.js")
         assert status == 200 and widget == (REPO_ROOT / "dist" / "widget.js").read_bytes()
         status, manifest = get(base + "/wasm_models/manifest.json")
