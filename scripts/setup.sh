@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything Voxline needs on a fresh Debian machine (root), idempotently:
-# apt packages, the Python venv (.venv), npm packages (node_modules), the widget bundles (dist) and every model
-# (built into the cache, with brotli/gzip variants of the browser's models and runtimes).
+# apt packages, the Python venv (.venv), npm packages (node_modules), the widget bundles (dist), every model and the
+# browser runtimes (into the cache, with brotli/gzip variants of what the page downloads).
 # A second run only checks: each step is skipped when what it made is still current.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,8 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if [ "$(cat .venv/.voxline-deps 2>/dev/null)" != "$deps_key" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[convert,test,tracing,bench,ray]'
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
+    -e '.[client,convert,test,tracing,bench,ray]'
   echo "$deps_key" > .venv/.voxline-deps
 else
   echo "up to date" >&2
@@ -57,7 +58,7 @@ else
   echo "up to date" >&2
 fi
 
-step "models (voxline models fetch: builds them, then precompresses what the page downloads, once)"
+step "models and browser runtimes (voxline models fetch: builds them, unpacks the runtimes, precompresses both once)"
 .venv/bin/voxline models fetch
 
 echo "setup done in $(( $(date +%s) - started )) s" >&2

@@ -13,7 +13,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from voxline import paths
-from voxline.config import Settings
+from voxline.config import REPO_ROOT, Settings
 from voxline.server import assets
 from voxline.server.app import create_app
 from voxline.server.assets import IMMUTABLE, REVALIDATE, Asset, AssetSender
@@ -41,7 +41,8 @@ def decoded(response, body: bytes) -> bytes:
 
 @pytest.mark.parametrize("package", RUNTIMES, ids=lambda p: p.name)
 def test_runtime_pins_match_the_installed_packages(package):
-    files = load_runtime_files(Settings().node_modules_dir, (package,))[package.name]
+    # npm's copy (package-lock.json), which the widget build and the node tests use, is the one the pins describe.
+    files = load_runtime_files(REPO_ROOT / "node_modules", (package,))[package.name]
     assert {name: f.problem for name, f in files.items() if f.problem} == {}
 
 
@@ -100,14 +101,15 @@ def test_head_sends_headers_only(client):
     assert int(response.headers["content-length"]) > 1_000_000 and response.headers["content-encoding"] == "br"
 
 
-def test_an_altered_runtime_file_is_not_served_and_the_error_names_the_fix(tmp_path):
-    folder = tmp_path / "onnxruntime-web" / "dist"
+def test_an_altered_runtime_file_is_not_served_and_the_error_names_the_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path))
+    folder = tmp_path / "runtimes" / "onnxruntime-web" / ONNXRUNTIME_WEB.version
     folder.mkdir(parents=True)
     for name in ONNXRUNTIME_WEB.files:
         (folder / name).write_bytes(b"not the pinned bytes")
-    files = load_runtime_files(tmp_path, (ONNXRUNTIME_WEB,))["onnxruntime-web"]
+    files = load_runtime_files(packages=(ONNXRUNTIME_WEB,))["onnxruntime-web"]
     wasm = files["ort-wasm-simd-threaded.wasm"]
-    assert wasm.data is None and "differs from its pin" in wasm.problem and "npm ci" in wasm.problem
+    assert wasm.data is None and "differs from its pin" in wasm.problem and "voxline models fetch" in wasm.problem
 
 
 def _app(asset: Asset, sender: AssetSender) -> TestClient:

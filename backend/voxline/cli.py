@@ -70,16 +70,17 @@ def _cmd_token_secret(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_fetch(args: argparse.Namespace) -> int:
-    from voxline.config import Settings
     from voxline.models import load_manifest
-    from voxline.models.supply import fetch
+    from voxline.models.supply import cache_lock, fetch
     from voxline.server.assets import precompress_browser_assets
+    from voxline.server.runtimes import fetch_runtimes
 
     manifest = load_manifest()
     fetch(manifest, args.names or None, record=args.record)
+    with cache_lock():  # the browser runtimes (onnxruntime-web, Pyodide): pinned npm tarballs, like the models
+        fetch_runtimes()
     # Brotli and gzip variants of what the page downloads (built once, skipped when present): see server/assets.py.
-    precompress_browser_assets(manifest, Settings.from_env().node_modules_dir,
-                               lambda line: print(line, file=sys.stderr))
+    precompress_browser_assets(manifest, log_line=lambda line: print(line, file=sys.stderr))
     print(f"models ready in {paths.cache_dir()}", file=sys.stderr)
     return 0
 
@@ -87,10 +88,14 @@ def _cmd_models_fetch(args: argparse.Namespace) -> int:
 def _cmd_models_verify(args: argparse.Namespace) -> int:
     from voxline.models import load_manifest
     from voxline.models.supply import verify_model
+    from voxline.server.runtimes import RUNTIMES, read_runtime_file
 
     manifest = load_manifest()
     specs = [manifest.model(n) for n in args.names] if args.names else list(manifest.models)
     problems = [p for spec in specs for p in verify_model(spec)]
+    if not args.names:  # and the browser runtimes, which `voxline models fetch` unpacks beside them
+        problems += [file.problem for package in RUNTIMES for name in package.files
+                     if (file := read_runtime_file(package, name)).problem]
     missing_tools = [t for t in manifest.system if not shutil.which(t.command)]
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
@@ -99,12 +104,14 @@ def _cmd_models_verify(args: argparse.Namespace) -> int:
     if problems or missing_tools:
         print("Run `voxline models fetch` to rebuild what is missing or altered.", file=sys.stderr)
         return 1
-    print(f"all {len(specs)} models verified in {paths.cache_dir()}")
+    runtimes = "" if args.names else " and the browser runtimes"
+    print(f"all {len(specs)} models{runtimes} verified in {paths.cache_dir()}")
     return 0
 
 
 def _cmd_models_list(args: argparse.Namespace) -> int:
     from voxline.models import load_manifest
+    from voxline.server.runtimes import RUNTIMES
 
     manifest = load_manifest()
     rows = []
@@ -114,6 +121,12 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
         sources = sorted(manifest.packages[p].requirement for p in spec.packages()) or spec.model_inputs()
         rows.append({"name": spec.name, "role": spec.role, "size_bytes": size, "path": str(folder),
                      "source": ", ".join(sources)})
+    for package in RUNTIMES:  # unpacked by `voxline models fetch` beside the models
+        folder = package.directory()
+        present = [folder / name for name in package.files if (folder / name).is_file()]
+        rows.append({"name": package.name, "role": "runtime",
+                     "size_bytes": sum(p.stat().st_size for p in present) if present else None, "path": str(folder),
+                     "source": package.package_spec().requirement})
     for tool in manifest.system:
         found = shutil.which(tool.command)
         rows.append({"name": tool.name, "role": tool.role, "size_bytes": None, "path": found or "(not installed)",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from voxline.errors import AudioDeviceError, AudioFileError
+from voxline.errors import AudioDeviceError, AudioFileError, ClientError
 
 UPLINK_RATE_HZ = 16_000
 """The protocol's PCM16 uplink rate (`voxline.server.protocol.PCM16_UPLINK_RATE_HZ`)."""
@@ -143,9 +143,24 @@ class EnergyEndpointer:
 # ------------------------------------------------------------------------------------------------ devices
 
 
+CLIENT_EXTRA = "pip install 'voxline[client]'"
+_NO_CLIENT_EXTRA = (f"the microphone and the speaker need the `client` extra: {CLIENT_EXTRA} (or talk from a file "
+                    "without them: --wav FILE with --no-play or --save-reply FILE.wav)")
+
+
+class ClientExtraMissing(ClientError):
+    """The microphone or the speaker was wanted, but the `client` extra (sounddevice) is not installed.
+
+    Not an `AudioDeviceError`: a turn from a WAV file that would go on silently without a speaker stops instead,
+    saying what to install, since nothing on this machine can play the reply until it is.
+    """
+
+
 def _sounddevice():
     try:
         import sounddevice
+    except ImportError:  # a core install: PortAudio's binding is the `client` extra
+        raise ClientExtraMissing(_NO_CLIENT_EXTRA) from None
     except OSError as exc:  # the module loads libportaudio when imported
         raise AudioDeviceError(f"PortAudio is not installed ({exc}): `apt-get install libportaudio2`") from None
     return sounddevice

@@ -36,7 +36,22 @@ DEFAULT_HTTP_KEEP_ALIVE_TIMEOUT_S = 5.0
 DEFAULT_MAX_CONNECTIONS = 1024
 DEFAULT_INTENT_CLASSIFIER = "llm"
 INTENT_CLASSIFIERS = ("llm", "off")
-REPO_ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parents[1]
+"""The checkout, when Voxline runs from one (an editable install); meaningless in an installed wheel."""
+
+
+def _assets(packaged: str, checkout: Path) -> Path:
+    """A folder of web assets: package data in an installed wheel (pyproject.toml's force-include puts it there),
+    else the checkout's own folder (an editable install serves the sources and the latest `npm run build`)."""
+    inside = PACKAGE_DIR / packaged
+    return inside if inside.is_dir() else checkout
+
+
+WEB_DIR = _assets("web", REPO_ROOT / "web")
+"""The demo page and the browser modules."""
+WIDGET_DIR = _assets("widget", REPO_ROOT / "dist")
+"""The widget bundles (`npm run build` writes them into the checkout's `dist/`)."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +136,7 @@ class Settings:
     health_details: bool = False
     """`/healthz` with the version, the process id and every model's digests; off = only the status and each
     model's verified/loaded flags (what a load balancer needs), since anyone can read `/healthz`."""
-    web_dir: Path = REPO_ROOT / "web"
-    node_modules_dir: Path = REPO_ROOT / "node_modules"
+    web_dir: Path = WEB_DIR
     # Serving under load (see voxline/scheduler.py for what each number means).
     batching: bool = True
     """Dynamic batching with priority lanes (work-conserving: an idle model starts a request at once, what queues

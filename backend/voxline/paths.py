@@ -27,3 +27,8 @@ def sources_dir() -> Path:
 def model_dir(name: str) -> Path:
     """The built artifacts of one model of the manifest."""
     return cache_dir() / "models" / name
+
+
+def runtimes_dir() -> Path:
+    """The browser runtimes' served files (onnxruntime-web, Pyodide), one folder per `package/version`."""
+    return cache_dir() / "runtimes"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -179,6 +180,9 @@ def _build_sentence_encoder(manifest: Manifest, spec: ModelSpec, out: Path, log:
                 with zf.open(name) as src, open(out / name, "wb") as dst:
                     shutil.copyfileobj(src, dst, CHUNK_BYTES)
 
+
+CONVERT_MODULES = {"whisper_onnx": "onnx", "gguf_ct2": "gguf", "smart_turn": "onnx"}
+"""Builder → the module of the `convert` extra it needs (the server itself never imports them)."""
 
 BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
     "copy": _build_copy,
@@ -366,6 +370,10 @@ def require_models(manifest: Manifest, names: list[str]) -> None:
 
 def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: Log = stderr_log) -> dict[str, str]:
     """Build one model into a temporary folder, check every artifact's digest, then move it into place."""
+    needs = CONVERT_MODULES.get(spec.build)
+    if needs and importlib.util.find_spec(needs) is None:  # said before a download, not after it
+        raise FetchError(f"building {spec.name} needs {needs}, which comes with the `convert` extra: "
+                         "pip install 'voxline[convert]'")
     final = paths.model_dir(spec.name)
     partial = final.with_name(f".{spec.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)

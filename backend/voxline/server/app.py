@@ -173,9 +173,9 @@ def runtime_routes(runtime_files: dict[str, dict[str, RuntimeFile]], sender: Ass
 
 
 def _require_dirs(settings: Settings) -> None:
-    for folder in (settings.web_dir, settings.node_modules_dir / "onnxruntime-web" / "dist"):
-        if not folder.is_dir():
-            raise VoxlineError(f"{folder} does not exist: run `bash scripts/setup.sh` (it runs `npm ci`)")
+    if not settings.web_dir.is_dir():
+        raise VoxlineError(f"{settings.web_dir} (the demo page) does not exist: set VOXLINE_WEB_DIR to a folder "
+                           "holding it, or reinstall Voxline")
 
 
 def create_app(settings: Settings | None = None, manifest: Manifest | None = None, *,
@@ -196,7 +196,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
     registry = server_metrics.registry
     server_metrics.gauge("voxline_up_seconds", "Seconds since the server started", lambda: time.time() - started)
     sender = AssetSender()
-    runtime_files = load_runtime_files(settings.node_modules_dir)
+    runtime_files = load_runtime_files()
     # Set by the lifespan as each model is loaded into memory (the server ASR only when a turn first needs it).
     loaded: dict[str, bool] = {}
 

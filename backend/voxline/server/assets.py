@@ -258,8 +258,10 @@ def _matches(if_none_match: str, tag: str) -> bool:
     return False
 
 
-def precompress_browser_assets(manifest, node_modules: Path, log_line=print) -> int:
+def precompress_browser_assets(manifest, node_modules: Path | None = None, log_line=print) -> int:
     """Precompress the browser models and the runtimes (pinned digests) whose variants are not built yet.
+
+    The runtimes as served: from the cache, or from `node_modules` when given (`RuntimePackage.directory`).
 
     A file is read and hashed only when one of its variants is missing, and compressed only when it matches its pin
     (a variant is named by the digest it decompresses to). Returns how many variant files were written.

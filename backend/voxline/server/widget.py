@@ -1,9 +1,9 @@
 """The built widget (`npm run build` writes `dist/`), served at `/widget.js` (one classic script) and at
 `/voxline-widget.mjs` (the ES module).
 
-The bundles are build output, not sources, so they are read from `dist/` at request time: a rebuild is served at
-once, and a missing build is a 404 that says how to make it rather than a server that refuses to start (the demo
-page does not need the widget).
+The bundles are build output, not sources, so they are read at request time from `dist/` in a checkout (package
+data in an installed wheel, `config.WIDGET_DIR`): a rebuild is served at once, and a missing build is a 404 that
+says how to make it rather than a server that refuses to start (the demo page does not need the widget).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route
 
-from voxline.config import REPO_ROOT
+from voxline.config import WIDGET_DIR
 from voxline.server.assets import Asset, AssetSender
 
-DIST_DIR = REPO_ROOT / "dist"
+DIST_DIR = WIDGET_DIR
 WIDGET_BUNDLES = {"/widget.js": "widget.js", "/voxline-widget.mjs": "voxline-widget.mjs"}
 """URL path → file in `dist/`."""
 
