@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from voxline.bench.browser import CHROMIUM, CHROMIUM_FLAGS, ServerThread, VoxlinePage
 from voxline.config import Settings
+from e2e.harness import CHROMIUM, CHROMIUM_FLAGS, ServerThread, VoxlinePage
 
 E2E_LLM = "smollm2-135m-instruct-ct2"  # the small model keeps the suite fast; benchmarks use the default
 

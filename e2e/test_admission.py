@@ -12,8 +12,8 @@ import json
 
 import pytest
 
-from voxline.bench.browser import HostPage, ServerThread, launch_chromium, wait_for_js
 from voxline.config import Settings
+from e2e.harness import HostPage, ServerThread, launch_chromium, wait_for_js
 
 SECRET = "shop-secret-for-the-e2e-test"
 # Every WebSocket close the page sees, with its code.

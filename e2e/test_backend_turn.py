@@ -10,11 +10,11 @@ import json
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import ServerThread, VoxlinePage
 from voxline.config import Settings
 from voxline.dialog import heard_text
 from voxline.server.session import REPLY_FRAME_MS
 from e2e.conftest import E2E_LLM, settled_frames
+from e2e.harness import ServerThread, VoxlinePage
 
 
 ONE_CHUNK_S = REPLY_FRAME_MS / 1000

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import wait_for_js
+from e2e.harness import wait_for_js
 
 ENGINE_START_S = 14.0
 """Lead silence before the command: the grammar engine (Pyodide) is up by then, so the command is answered locally."""

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from voxline.bench.audio import RATE, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, launch_chromium
 from e2e.conftest import E2E_LLM
+from e2e.harness import RECORD_EVENTS, launch_chromium
 
 SERVER_START_S = 30.0
 RECONNECT_MAX_MS = 2000

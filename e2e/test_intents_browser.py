@@ -14,7 +14,7 @@ import statistics
 
 import pytest
 
-from voxline.bench.browser import wait_for_js
+from e2e.harness import wait_for_js
 
 ENGINE_LOAD_TIMEOUT_MS = 120_000
 

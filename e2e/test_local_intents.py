@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import wait_for_js
 from voxline.bench.readings import COMMAND_MIN_CONFIDENCE  # the page's gate (kept in step by a test)
 from e2e.conftest import settled_frames
+from e2e.harness import wait_for_js
 
 ENGINE_START_S = 14.0
 
@@ -61,7 +61,7 @@ def test_commands_resolve_locally_then_from_the_cache_without_the_network(open_v
 
 def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, voxline_server, twice_pause):
     """A second visit in the same profile: Pyodide is blocked and, once the models are loaded, so is the server."""
-    from voxline.bench.browser import RECORD_EVENTS, launch_chromium
+    from e2e.harness import RECORD_EVENTS, launch_chromium
 
     wav, placed, duration_s = twice_pause
     browser = launch_chromium(browser_type, wav)

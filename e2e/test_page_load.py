@@ -7,9 +7,9 @@ the HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
 
 from __future__ import annotations
 
-from voxline.bench.browser import wait_for_js
-from voxline.bench.load_page import DEMO_ENGINE_UP, persistent_context, visit
-from voxline.bench.proxy import CountingProxy
+from e2e.bench.load_page import DEMO_ENGINE_UP, persistent_context, visit
+from e2e.bench.proxy import CountingProxy
+from e2e.harness import wait_for_js
 
 RETURNING_VISIT_MAX_BYTES = 1_000_000
 """Issue 18's bar for a returning visit (headers of the revalidated scripts, the manifests, the WebSocket)."""

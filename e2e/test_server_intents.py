@@ -12,10 +12,10 @@ import json
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, ServerThread, launch_chromium, wait_for_js
 from voxline.config import Settings
 from voxline.intents import builtin_grammar, recognize
 from e2e.conftest import settled_frames
+from e2e.harness import RECORD_EVENTS, ServerThread, launch_chromium, wait_for_js
 
 PARAPHRASE = "i'd like the lights on in the bedroom"
 PRODUCT_LLM = "qwen2.5-0.5b-instruct-ct2"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from voxline.bench.audio import RATE, compose, espeak, write_wav
-from voxline.bench.browser import wait_for_js
 from voxline.bench.wer import normalise, wer
+from e2e.harness import wait_for_js
 
 UTTERANCES = [
     ("pause the music", "en-us"),
@@ -126,7 +126,7 @@ def _without_isolation(route):
 
 
 def test_without_cross_origin_isolation_it_still_works_single_threaded(browser_type, voxline_server, tmp_path):
-    from voxline.bench.browser import RECORD_EVENTS, launch_chromium
+    from e2e.harness import RECORD_EVENTS, launch_chromium
 
     audio, placed = compose([("turn the volume down", espeak("turn the volume down"))])
     wav = write_wav(tmp_path / "one.wav", audio)

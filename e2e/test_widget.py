@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, HostPage, ServerThread, launch_chromium
 from voxline.config import Settings
+from e2e.harness import RECORD_EVENTS, HostPage, ServerThread, launch_chromium
 
 from .conftest import E2E_LLM
 

@@ -491,7 +491,7 @@ def test_voxline_talk_uses_a_token_minted_for_no_origin_and_names_the_fix_withou
     import subprocess
     import sys
 
-    from voxline.bench.browser import ServerThread
+    from e2e.harness import ServerThread
 
     with ServerThread(Settings.from_env(llm_model=SMOLLM, tts_engine="espeak", site_keys=KEYS_JSON)) as server:
         url = server.url.replace("http://", "ws://") + "/ws"

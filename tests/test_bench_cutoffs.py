@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from voxline.bench import audio as test_audio
-from voxline.bench.cutoffs import (
+from e2e.bench.cutoffs import (
     CUT_MARGIN_S,
     DEFAULT_SET,
     Utterance,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from voxline.bench import audio as test_audio
-from voxline.bench.intents import (
+from e2e.bench.intents import (
     SetItem,
     Spoken,
     build_pages,
@@ -212,7 +212,7 @@ def test_pages_hold_every_item_per_voice_with_a_noisy_copy_and_a_second_hearing_
 
 
 def test_baseline_server_settings_are_read_like_their_environment_variables():
-    from voxline.bench.intents import _server_settings
+    from e2e.bench.intents import _server_settings
 
     assert _server_settings(["intent_neighbours=off", "intent_classifier=llm"]) == {
         "intent_neighbours": False, "intent_classifier": "llm"}

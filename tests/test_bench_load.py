@@ -11,8 +11,7 @@ import random
 import pytest
 
 from voxline.bench import load
-from voxline.bench.load import ErrorEvent, LevelLog, LoadBenchError, Target, TurnRecord
-from voxline.bench.turn import QUESTIONS
+from voxline.bench.load import QUESTIONS, ErrorEvent, LevelLog, LoadBenchError, Target, TurnRecord
 from voxline.cli import build_parser
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

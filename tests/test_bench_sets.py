@@ -6,10 +6,10 @@ from collections import Counter
 
 import pytest
 
-from voxline.bench.intents import DEFAULT_SET, SetFormatError, load_set
 from voxline.intents import builtin_grammar
 from voxline.intents.expression import SlotRef
 from voxline.intents.slots import DurationRange, NumberRange, ValueList, Wildcard
+from e2e.bench.intents import DEFAULT_SET, SetFormatError, load_set
 
 DEFAULT_INTENTS = {
     "media.play", "media.pause", "media.resume", "media.stop", "media.next", "media.previous", "media.volume_up",

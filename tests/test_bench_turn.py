@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from voxline.bench.turn import (
+from e2e.bench.turn import (
     DEFAULT_SET,
     Asked,
     Question,
@@ -44,7 +44,7 @@ def test_the_shipped_set_has_no_duplicate_questions(questions):
 
 
 def test_every_kind_is_asked_several_times(questions):
-    from voxline.bench.turn import KINDS
+    from e2e.bench.turn import KINDS
 
     assert all(sum(q.kind == kind for q in questions) >= 5 for kind in KINDS)
 

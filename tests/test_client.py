@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from voxline.bench.audio import compose, hibari, write_wav
-from voxline.bench.browser import ServerThread
 from voxline.client import EventPrinter, TalkOptions, talk
 from voxline.client_audio import FRAME_MS, FRAME_SAMPLES, UPLINK_RATE_HZ, Speaker, read_audio_file
 from voxline.config import Settings
+from e2e.harness import ServerThread
 
 TOKEN = "test-token"
 TIMEOUT_S = 180

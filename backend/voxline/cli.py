@@ -155,10 +155,35 @@ def _cmd_talk(args: argparse.Namespace) -> int:
     return run(options)
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
-    import importlib
+BROWSER_BENCHES = ("asr", "intents", "cutoffs", "turn", "load-page")
+"""`voxline bench` commands that drive Chromium. Their code is the checkout's `e2e/bench/`, beside the e2e harness,
+and not part of the package: Playwright is a test dependency, and the wheel never imports it."""
 
-    return importlib.import_module(f"voxline.bench.{args.bench_command.replace('-', '_')}").main(args)
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    module_name = args.bench_command.replace("-", "_")
+    if args.bench_command not in BROWSER_BENCHES:
+        return importlib.import_module(f"voxline.bench.{module_name}").main(args)
+    root = _checkout_root()
+    if root is None:
+        raise VoxlineError(f"`voxline bench {args.bench_command}` drives Chromium, so it runs from a checkout of the "
+                           "Voxline repository (its e2e/bench/ is not part of the package): in the checkout, "
+                           "pip install -e '.[bench,test]'")
+    if importlib.util.find_spec("playwright") is None:
+        raise VoxlineError(f"`voxline bench {args.bench_command}` drives Chromium through Playwright, which is in the "
+                           "test extra: pip install -e '.[bench,test]'")
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    return importlib.import_module(f"e2e.bench.{module_name}").main(args)
+
+
+def _checkout_root() -> Path | None:
+    """The git checkout this package runs from (an editable install, or `PYTHONPATH=backend`) when it holds the
+    browser benchmarks; None for an installed wheel."""
+    root = Path(__file__).resolve().parents[2]
+    return root if (root / "e2e" / "bench" / "__init__.py").is_file() else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -342,9 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="fit the command confidence (whisper.js COMMAND_CONFIDENCE_MODEL) instead")
     bench_readings.set_defaults(func=_cmd_bench)
     _add_bench_load(bench)
-    from voxline.bench import load_page
-
-    load_page.add_parser(bench).set_defaults(func=_cmd_bench)
+    _add_bench_load_page(bench)
     return parser
 
 
@@ -398,6 +421,25 @@ def _add_bench_load(bench) -> None:
     shape.add_argument("--seed", type=int, default=0, help="turn choices are deterministic for a seed")
     bench_load.add_argument("--plot", type=Path, metavar="FILE.png", help="draw latency against load, knee marked")
     bench_load.set_defaults(func=_cmd_bench)
+
+
+def _add_bench_load_page(bench) -> None:
+    # The choices are e2e/bench/proxy.py's PROFILES and e2e/bench/load_page.py's RETURNING_MODES, named here so
+    # that --help works without the checkout (tests/test_bench_checkout.py checks they agree).
+    parser = bench.add_parser(
+        "load-page", help="bytes and time to ready of a first and a returning visit (demo page and widget)",
+        description="Cold and warm visits in Chromium through a byte-counting proxy; see e2e/bench/load_page.py.")
+    parser.add_argument("--url", help="a running server (default: start one); for the widget it must admit the host "
+                                      "page's origin, http://localhost:PORT (VOXLINE_ALLOWED_ORIGINS, --host-port)")
+    parser.add_argument("--host-port", type=int, help="port of the widget's host page (default: a free one)")
+    parser.add_argument("--profile", choices=["50mbit-40ms"], help="throttle the link (default: loopback)")
+    parser.add_argument("--page", dest="pages", action="append", choices=["demo", "widget"],
+                        help="only this page (repeatable; default both)")
+    parser.add_argument("--returning", choices=["restart", "same-context"], default="same-context",
+                        help="how the returning visit is made (default: same-context, as issue 18 measured)")
+    parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
+    parser.add_argument("--resources", action="store_true", help="list every resource")
+    parser.set_defaults(func=_cmd_bench)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,10 +39,19 @@ from pathlib import Path
 import msgspec
 
 from voxline.bench.stats import percentile, ratio, summary
-from voxline.bench.turn import QUESTIONS
 from voxline.errors import VoxlineError
 from voxline.server import protocol as p
 
+QUESTIONS = [  # typed turns; `voxline bench turn` asks them too
+    "What is the capital of France?", "How far away is the moon?", "Why is the sky blue?",
+    "Who wrote Romeo and Juliet?", "What should I cook tonight?", "How many legs does a spider have?",
+    "Tell me a fun fact about octopuses.", "What is the tallest mountain in the world?", "How do I boil an egg?",
+    "What year did people first land on the moon?", "Why do cats purr?", "What is the speed of light?",
+    "How do airplanes fly?", "What is a good name for a dog?", "Why do leaves change colour in autumn?",
+    "How long does it take to walk a mile?", "What is the largest ocean?", "Can you recommend a short book?",
+    "How does a rainbow form?", "What is the boiling point of water?", "Why is the ocean salty?",
+    "How many planets are in the solar system?",
+]
 DEFAULT_LLM = "smollm2-135m-instruct-ct2"
 DEFAULT_SESSIONS = "1,2,4,8,16"
 DEFAULT_MIX = "llm=1,intent=0,audio=0"

@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from voxline.bench import SETS
 from voxline.bench import audio as test_audio
 from voxline.bench.stats import summary
 
-SETS = Path(__file__).with_name("sets")
 NODE_SCRIPT = Path(__file__).with_name("node") / "readings.mjs"
 VOICES = {
     "espeak-gb": ("espeak", "en-gb", 165),

@@ -31,8 +31,8 @@ def run_configs(
     """Return where each clip sits in the WAV and, per configuration, the events of every round."""
     from playwright.sync_api import sync_playwright
 
-    from voxline.bench.browser import ServerThread, VoxlinePage
     from voxline.config import Settings
+    from e2e.harness import ServerThread, VoxlinePage
 
     audio, placed = test_audio.compose(clips, lead_s=lead_s, gap_s=gap_s)
     duration_s = len(audio) / test_audio.RATE
@@ -155,8 +155,8 @@ def run_pages(
 
     from playwright.sync_api import sync_playwright
 
-    from voxline.bench.browser import ServerThread, VoxlinePage
     from voxline.config import Settings
+    from e2e.harness import ServerThread, VoxlinePage
 
     heard: dict[str, list[tuple[Page, list[dict]]]] = {c.name: [] for c in configs}
     with ExitStack() as stack:

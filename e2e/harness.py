@@ -1,4 +1,5 @@
-"""Real Chromium on a real Voxline server: shared by the e2e tests and the browser benchmarks.
+"""The e2e harness: real Chromium on a real Voxline server, shared by the e2e tests, the browser benchmarks
+(`e2e/bench/`) and the backend tests that need a server on a port (`ServerThread`). Not part of the package.
 
 Debian's Chromium (Playwright's own browser download does not work on these machines), with a fake microphone
 that plays one WAV file once (`%noloop`), on the demo page opened with `?autostart=1`.

@@ -3,7 +3,7 @@
 Each page (the demo page, and the one-line widget embedded in a plain page of another origin, not cross-origin
 isolated) is visited twice in Chromium: a first visit on a new profile, then a returning one on the same profile
 (`RETURNING_MODES`: a second page load in the same browser context, as issue 18 measured, or Chromium closed and
-started again on an on-disk profile). Every byte goes through a counting proxy (`voxline/bench/proxy.py`, which
+started again on an on-disk profile). Every byte goes through a counting proxy (`e2e/bench/proxy.py`, which
 says why a proxy rather than DevTools events); with `--profile` the proxy also shapes the traffic (e.g. 50 Mbit/s,
 40 ms round trip).
 
@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from voxline.bench.browser import CHROMIUM, CHROMIUM_FLAGS, RECORD_EVENTS, HostPage, ServerThread, wait_for_js
-from voxline.bench.proxy import PROFILES, CountingProxy, Transfer
+from e2e.bench.proxy import PROFILES, CountingProxy, Transfer
+from e2e.harness import CHROMIUM, CHROMIUM_FLAGS, RECORD_EVENTS, HostPage, ServerThread, wait_for_js
 
 VISIT_TIMEOUT_S = 180.0
 """Longest a visit may take to ready and to the grammar engine (a loaded 2-core machine, a throttled link)."""
@@ -168,19 +168,3 @@ def main(args) -> int:
     print(json.dumps(result, indent=2))
     return 0
 
-
-def add_parser(bench):
-    parser = bench.add_parser(
-        "load-page", help="bytes and time to ready of a first and a returning visit (demo page and widget)",
-        description="Cold and warm visits in Chromium through a byte-counting proxy; see voxline/bench/load_page.py.")
-    parser.add_argument("--url", help="a running server (default: start one); for the widget it must admit the host "
-                                      "page's origin, http://localhost:PORT (VOXLINE_ALLOWED_ORIGINS, --host-port)")
-    parser.add_argument("--host-port", type=int, help="port of the widget's host page (default: a free one)")
-    parser.add_argument("--profile", choices=sorted(PROFILES), help="throttle the link (default: loopback)")
-    parser.add_argument("--page", dest="pages", action="append", choices=["demo", "widget"],
-                        help="only this page (repeatable; default both)")
-    parser.add_argument("--returning", choices=sorted(RETURNING_MODES), default="same-context",
-                        help="how the returning visit is made (default: same-context, as issue 18 measured)")
-    parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
-    parser.add_argument("--resources", action="store_true", help="list every resource")
-    return parser

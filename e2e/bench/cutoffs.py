@@ -31,12 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
+from voxline.bench import SETS
 from voxline.bench import audio as test_audio
-from voxline.bench.intents import limit_items
-from voxline.bench.spoken import VOICES, Config, Page, render_cache_dir, render_voice, run_pages
 from voxline.bench.stats import rate, ratio, summary
+from e2e.bench.intents import limit_items
+from e2e.bench.spoken import VOICES, Config, Page, render_cache_dir, render_voice, run_pages
 
-DEFAULT_SET = Path(__file__).parent / "sets" / "pauses-en.txt"
+DEFAULT_SET = SETS / "pauses-en.txt"
 DEFAULT_VOICES = ("espeak-gb", "hibari-1")
 PAUSES_S = (0.15, 0.25, 0.35, 0.5)
 """Silences between the phrases of a synthetic utterance, one drawn per pause (seeded)."""

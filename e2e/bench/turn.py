@@ -25,18 +25,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from voxline.bench import SETS
+from voxline.bench.load import QUESTIONS
 from voxline.bench.stats import rate, ratio, summary
-
-QUESTIONS = [
-    "What is the capital of France?", "How far away is the moon?", "Why is the sky blue?",
-    "Who wrote Romeo and Juliet?", "What should I cook tonight?", "How many legs does a spider have?",
-    "Tell me a fun fact about octopuses.", "What is the tallest mountain in the world?", "How do I boil an egg?",
-    "What year did people first land on the moon?", "Why do cats purr?", "What is the speed of light?",
-    "How do airplanes fly?", "What is a good name for a dog?", "Why do leaves change colour in autumn?",
-    "How long does it take to walk a mile?", "What is the largest ocean?", "Can you recommend a short book?",
-    "How does a rainbow form?", "What is the boiling point of water?", "Why is the ocean salty?",
-    "How many planets are in the solar system?",
-]
 
 
 async def _one_turn(url: str, question: str, turn_id: int, speculate_s: float | None = None) -> dict:
@@ -80,9 +71,9 @@ def _baseline_ms(engines, question: str) -> float:
 
 def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
     from voxline import paths
-    from voxline.bench.browser import ServerThread
     from voxline.config import Settings
     from voxline.server.session import Engines
+    from e2e.harness import ServerThread
 
     settings = Settings.from_env(llm_model=llm)
     questions = (QUESTIONS * (count // len(QUESTIONS) + 1))[:count]
@@ -126,7 +117,7 @@ def speculation_report(first: list[float], speculated: list[dict], speculate_ms:
 
 # --- Browser: a held-out question set, spoken, with keyword scoring. The set's format: sets/README.md. ---
 
-DEFAULT_SET = Path(__file__).parent / "sets" / "questions-en.jsonl"
+DEFAULT_SET = SETS / "questions-en.jsonl"
 KINDS = ("fact", "definition", "arithmetic", "how-to", "advice")
 DEFAULT_VOICES = ("espeak-gb", "hibari-1")
 PAGE_QUESTIONS = 12  # one Chromium run takes about three minutes
@@ -215,8 +206,8 @@ def build_pages(questions: list[Question], voices: list[str],
     """Every question in every voice, in file order, PAGE_QUESTIONS to a page WAV. Returns the pages and, per
     (page label, clip index), what was asked there."""
     from voxline.bench import audio as test_audio
-    from voxline.bench.intents import ENGINE_START_S
-    from voxline.bench.spoken import VOICES, Page, render_voice
+    from e2e.bench.intents import ENGINE_START_S
+    from e2e.bench.spoken import VOICES, Page, render_voice
 
     pages, asked = [], {}
     for voice_name in voices:
@@ -242,8 +233,8 @@ def score(asked: Asked, events: list[dict]) -> dict:
     the answer. With no reply audio, the text is that of the last final reply of a turn whose speech ended within
     the question's span (a reply without sound is still scored, but the turn counts as missed).
     """
-    from voxline.bench.cutoffs import CUT_MARGIN_S
-    from voxline.bench.intents import turn_ends
+    from e2e.bench.cutoffs import CUT_MARGIN_S
+    from e2e.bench.intents import turn_ends
 
     starts = [e for e in events if e["name"] == "reply-audio" and e.get("first")]
     audio = next((e for e in starts if asked.end_s <= e["audio_t"] < asked.until_s), None)
@@ -359,8 +350,8 @@ def add_difference(total: dict | None, before: dict, after: dict) -> dict:
 
 def browser_configs(voices: list[str], baseline_query: str | None) -> list:
     """Today's page, and the baseline's when a query is given; ValueError for an unknown voice or page setting."""
-    from voxline.bench.intents import missing_baseline_settings
-    from voxline.bench.spoken import VOICES, Config
+    from e2e.bench.intents import missing_baseline_settings
+    from e2e.bench.spoken import VOICES, Config
 
     unknown = [v for v in voices if v not in VOICES]
     if unknown:
@@ -379,8 +370,8 @@ def browser_run(llm: str, count: int, *, voices: list[str] | None = None, set_pa
     the page with `baseline_query` when given; returns the report and every outcome."""
     import tempfile
 
-    from voxline.bench.intents import limit_items
-    from voxline.bench.spoken import run_pages
+    from e2e.bench.intents import limit_items
+    from e2e.bench.spoken import run_pages
 
     voices = list(voices or DEFAULT_VOICES)
     configs = browser_configs(voices, baseline_query)

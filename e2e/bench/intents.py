@@ -15,9 +15,10 @@ import timeit
 from dataclasses import dataclass
 from pathlib import Path
 
+from voxline.bench import SETS
 from voxline.bench import audio as test_audio
-from voxline.bench.spoken import VOICES, Config, Page, match, render, render_voice, run_configs, run_pages
 from voxline.bench.stats import rate, ratio, summary
+from e2e.bench.spoken import VOICES, Config, Page, match, render, render_voice, run_configs, run_pages
 
 COMMANDS = [
     "pause the music", "turn the volume down", "skip this song", "set a timer for ten minutes", "what time is it",
@@ -74,8 +75,8 @@ def _browser_match_times(llm: str) -> dict:
     """Engine match time inside Pyodide (worker-side) and the cache lookup, measured in the page."""
     from playwright.sync_api import sync_playwright
 
-    from voxline.bench.browser import ServerThread, launch_chromium
     from voxline.config import Settings
+    from e2e.harness import ServerThread, launch_chromium
 
     script = """async (texts) => {
       const { IntentResolver } = await import('/voxline/intents.js');
@@ -116,7 +117,7 @@ def _browser_match_times(llm: str) -> dict:
 # --- `--set FILE`: accuracy, out-of-domain false accepts, sources and latency on a held-out set. ---
 # The set's format is described in voxline/bench/sets/README.md. Synthetic voices: a proxy for real speakers.
 
-DEFAULT_SET = Path(__file__).parent / "sets" / "commands-en.jsonl"
+DEFAULT_SET = SETS / "commands-en.jsonl"
 KINDS = ("command", "one-word", "ood")
 SOURCES = ("cache", "local", "server", "none")
 ON_DEVICE_SOURCES = ("cache", "local")

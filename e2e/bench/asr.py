@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import time
 
-from voxline.bench.spoken import match, render, run_configs
 from voxline.bench.stats import ratio, summary
 from voxline.bench.wer import wer
+from e2e.bench.spoken import match, render, run_configs
 
 COMMANDS = [
     "pause the music", "turn the volume down", "skip this song", "set a timer for ten minutes", "what time is it",
@@ -24,7 +24,7 @@ CONFIGS = {"utterance-window": "", "full-window-baseline": "&vx.fullWindow=1"}
 def _load_times(url: str, rounds: int) -> dict:
     from playwright.sync_api import sync_playwright
 
-    from voxline.bench.browser import launch_chromium, wait_for_js
+    from e2e.harness import launch_chromium, wait_for_js
 
     cold, warm = [], []
     with sync_playwright() as pw:
@@ -43,8 +43,8 @@ def _load_times(url: str, rounds: int) -> dict:
 
 
 def run(rounds: int = 2, voice: str = "hibari", llm: str = "smollm2-135m-instruct-ct2") -> dict:
-    from voxline.bench.browser import ServerThread
     from voxline.config import Settings
+    from e2e.harness import ServerThread
 
     started = time.monotonic()
     with ServerThread(Settings.from_env(llm_model=llm)) as server:
