@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import RECORD_EVENTS, ServerThread, launch_chromium
+from e2e.harness import RECORD_EVENTS, ServerThread, launch_chromium
 from voxline.config import Settings
 
-from .conftest import E2E_LLM
+from e2e.conftest import E2E_LLM
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_DIR = REPO / "packages" / "voxline-widget"
