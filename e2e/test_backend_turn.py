@@ -13,7 +13,7 @@ from voxline.bench.audio import RATE, compose, hibari, write_wav
 from voxline.bench.browser import ServerThread, VoxlinePage
 from voxline.config import Settings
 from voxline.dialog import heard_text
-from voxline.server.session import REPLY_FRAME_MS
+from voxline.server.pipeline import REPLY_FRAME_MS
 from e2e.conftest import E2E_LLM, settled_frames
 
 

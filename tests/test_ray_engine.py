@@ -26,7 +26,7 @@ from voxline.config import Settings  # noqa: E402
 from voxline.dialog import Message  # noqa: E402
 from voxline.errors import LLMError, Overloaded, VoxlineError  # noqa: E402
 from voxline.llm import GenerationRequest, GenerationResult  # noqa: E402
-from voxline.ray_engine import (  # noqa: E402
+from voxline.ray import (  # noqa: E402
     LLM_APP,
     RayTurnScheduler,
     ReplyEnd,
@@ -36,7 +36,7 @@ from voxline.ray_engine import (  # noqa: E402
 from voxline.scheduler import SchedulerConfig  # noqa: E402
 from voxline.server import protocol as p  # noqa: E402
 from voxline.server.app import create_app  # noqa: E402
-from voxline.server.session import APOLOGY  # noqa: E402
+from voxline.server.pipeline import APOLOGY  # noqa: E402
 
 from wsframes import of_type, receive_until  # noqa: E402
 

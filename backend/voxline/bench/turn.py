@@ -82,7 +82,7 @@ def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
     from voxline import paths
     from voxline.bench.browser import ServerThread
     from voxline.config import Settings
-    from voxline.server.session import Engines
+    from voxline.server.engines import Engines
 
     settings = Settings.from_env(llm_model=llm)
     questions = (QUESTIONS * (count // len(QUESTIONS) + 1))[:count]
