@@ -12,7 +12,7 @@ import pytest
 from voxline.bench.audio import RATE, compose, hibari, write_wav
 from voxline.config import Settings
 from voxline.dialog import heard_text
-from voxline.server.session import REPLY_FRAME_MS
+from voxline.server.pipeline import REPLY_FRAME_MS
 from e2e.conftest import E2E_LLM, settled_frames
 from e2e.harness import ServerThread, VoxlinePage
 

@@ -30,7 +30,7 @@ from voxline.server.auth import (
     token_expiry,
     verify_token,
 )
-from voxline.server.session import Engines
+from voxline.server.engines import Engines
 from voxline.server.token_endpoint import token_routes
 from voxline.server.ws import websocket_endpoint
 

@@ -20,7 +20,8 @@ from starlette.testclient import TestClient
 from voxline.config import Settings
 from voxline.server import protocol as p
 from voxline.server.drain import Drain
-from voxline.server.session import APOLOGY, Engines
+from voxline.server.engines import Engines
+from voxline.server.pipeline import APOLOGY
 from voxline.server.ws import websocket_endpoint
 
 SMOLLM = "smollm2-135m-instruct-ct2"

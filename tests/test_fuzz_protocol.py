@@ -29,7 +29,9 @@ from websockets.sync.client import connect
 from voxline.config import Settings
 from voxline.errors import BadMessage, VoxlineError
 from voxline.server import protocol as p
-from voxline.server.session import Engines, Outbound, Outbox, Session, SessionState
+from voxline.server.engines import Engines
+from voxline.server.outbox import Outbound, Outbox
+from voxline.server.session import Session, SessionState
 from voxline.server.ws import websocket_endpoint
 
 SMOLLM = "smollm2-135m-instruct-ct2"

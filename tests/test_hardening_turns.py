@@ -37,7 +37,8 @@ from voxline.server import protocol as p
 from voxline.server.app import create_app
 from voxline.server.drain import Drain
 from voxline.server.limits import uvicorn_options
-from voxline.server.session import APOLOGY, Engines
+from voxline.server.engines import Engines
+from voxline.server.pipeline import APOLOGY
 from voxline.server.ws import websocket_endpoint
 
 SMOLLM = "smollm2-135m-instruct-ct2"

@@ -211,7 +211,8 @@ def _turn_frames(engines, text: str) -> list[dict]:
     import json
 
     from voxline.server import protocol as p
-    from voxline.server.session import Outbox, Session
+    from voxline.server.outbox import Outbox
+    from voxline.server.session import Session
 
     async def scenario() -> list[dict]:
         outbox = Outbox()
@@ -232,7 +233,7 @@ def _turn_frames(engines, text: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def server_engines(model_dir):
-    from voxline.server.session import Engines
+    from voxline.server.engines import Engines
 
     return Engines.load(Settings(tts_engine="espeak"), model_dir)
 
@@ -249,7 +250,7 @@ def test_a_paraphrase_the_grammar_misses_comes_back_as_an_intent_not_a_chat_repl
 def test_with_the_classifier_off_the_same_words_go_to_the_chat(server_engines):
     from dataclasses import replace
 
-    from voxline.server.session import Engines
+    from voxline.server.engines import Engines
 
     off = Engines(replace(server_engines.settings, intent_classifier="off"), server_engines.grammar,
                   server_engines.resolver, server_engines.llm, server_engines.tts, server_engines.asr)

@@ -26,7 +26,9 @@ from voxline.server.limits import (
     Verdict,
     opus_packet_ms,
 )
-from voxline.server.session import OUTBOUND_ENCODED_LATER_BYTES, Engines, Outbound, Outbox, Session
+from voxline.server.engines import Engines
+from voxline.server.outbox import OUTBOUND_ENCODED_LATER_BYTES, Outbound, Outbox
+from voxline.server.session import Session
 from voxline.server.ws import websocket_endpoint
 
 SMOLLM = "smollm2-135m-instruct-ct2"

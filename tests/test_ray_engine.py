@@ -26,17 +26,17 @@ from voxline.config import Settings  # noqa: E402
 from voxline.dialog import Message  # noqa: E402
 from voxline.errors import LLMError, Overloaded, VoxlineError  # noqa: E402
 from voxline.llm import GenerationRequest, GenerationResult  # noqa: E402
-from voxline.ray_engine import (  # noqa: E402
+from voxline.ray import (  # noqa: E402
     LLM_APP,
     RayTurnScheduler,
     ReplyEnd,
     WorkerFailure,
     WorkerSpec,
 )
-from voxline.scheduler import SchedulerConfig  # noqa: E402
+from voxline.scheduler import Scheduler, SchedulerConfig  # noqa: E402
 from voxline.server import protocol as p  # noqa: E402
 from voxline.server.app import create_app  # noqa: E402
-from voxline.server.session import APOLOGY  # noqa: E402
+from voxline.server.pipeline import APOLOGY  # noqa: E402
 
 from wsframes import of_type, receive_until  # noqa: E402
 
@@ -147,6 +147,11 @@ def scheduler_of():
     yield make
     for scheduler in made:
         scheduler.close(1.0)
+
+
+def test_the_ray_front_scheduler_is_a_scheduler(scheduler_of):
+    scheduler, _ = scheduler_of()
+    assert isinstance(scheduler, Scheduler)
 
 
 def test_deltas_stream_to_on_text_and_the_replica_stats_fill_the_ticket(scheduler_of):

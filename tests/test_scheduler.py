@@ -3,6 +3,7 @@ streaming of every request inside a real SmolLM2 batch."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 import time
@@ -13,7 +14,8 @@ from voxline.config import Settings
 from voxline.dialog import Message
 from voxline.errors import LLMError, Overloaded
 from voxline.llm import LLM, GenerationRequest, GenerationResult
-from voxline.scheduler import BatchPlanner, Lane, SchedulerConfig, TurnScheduler
+from voxline.ray import RayTurnScheduler
+from voxline.scheduler import BatchPlanner, Lane, Scheduler, SchedulerConfig, TurnScheduler
 
 SMOLLM = "smollm2-135m-instruct-ct2"
 CONFIG = SchedulerConfig()
@@ -462,3 +464,30 @@ def test_a_request_that_would_wait_too_long_is_refused_at_once():
     finally:
         release.set()
         scheduler.close(5)
+
+
+# ------------------------------------------------------------------------------------------------ the protocol
+
+SCHEDULER_MEMBERS = sorted({*Scheduler.__annotations__, *(n for n in vars(Scheduler) if not n.startswith("_"))})
+
+
+def test_the_scheduler_protocol_names_what_a_session_uses():
+    assert SCHEDULER_MEMBERS == ["close", "config", "confirm", "depth", "running", "submit", "withdraw"]
+
+
+@pytest.mark.parametrize("implementation", [TurnScheduler, RayTurnScheduler], ids=lambda cls: cls.__name__)
+def test_both_schedulers_conform_to_the_scheduler_protocol(implementation):
+    for name in SCHEDULER_MEMBERS:
+        declared = getattr(Scheduler, name, None)
+        if name == "config":
+            assert "self.config = " in inspect.getsource(implementation.__init__)
+        elif isinstance(declared, property):
+            assert isinstance(getattr(implementation, name), property), name
+        else:
+            assert inspect.signature(getattr(implementation, name)) == inspect.signature(declared), name
+
+
+def test_a_turn_scheduler_is_a_scheduler_at_run_time():
+    scheduler = TurnScheduler(lambda batch: [GenerationResult("", 0, None, 0.0, "end") for _ in batch])
+    assert isinstance(scheduler, Scheduler)
+    scheduler.close()

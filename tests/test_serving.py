@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from voxline.config import Settings
 from voxline.server.app import create_app
 from voxline.server.metrics import ServerMetrics, SlowTurns, dominant_stage
-from voxline.server.session import first_audio_stages
+from voxline.server.timings import first_audio_stages
 from voxline.telemetry import Telemetry, tracing_configured
 
 from wsframes import of_type, receive_until

@@ -10,7 +10,9 @@ import pytest
 from voxline.config import Settings
 from voxline.dialog import heard_text
 from voxline.server import protocol as p
-from voxline.server.session import ACCEPTS, Engines, Outbound, Outbox, Session, SessionState
+from voxline.server.engines import Engines
+from voxline.server.outbox import Outbound, Outbox
+from voxline.server.session import ACCEPTS, Session, SessionState
 
 SMOLLM = "smollm2-135m-instruct-ct2"
 S = SessionState

@@ -15,7 +15,10 @@ import pytest
 
 from voxline.config import Settings
 from voxline.server import protocol as p
-from voxline.server.session import APOLOGY, Engines, Outbox, Session, SessionState
+from voxline.server.engines import Engines
+from voxline.server.outbox import Outbox
+from voxline.server.pipeline import APOLOGY
+from voxline.server.session import Session, SessionState
 
 SMOLLM = "smollm2-135m-instruct-ct2"
 

@@ -16,7 +16,9 @@ from voxline.bench.audio import RATE, espeak
 from voxline.config import Settings
 from voxline.server import protocol as p
 from voxline.server.app import create_app
-from voxline.server.session import APOLOGY, MAX_PCM16_BYTES, Engines
+from voxline.server.engines import Engines
+from voxline.server.pipeline import APOLOGY
+from voxline.server.turn import MAX_PCM16_BYTES
 from voxline.server.ws import websocket_endpoint
 from voxline.server_asr import encode_opus
 

@@ -183,7 +183,7 @@ class Settings:
     otlp_endpoint: str = ""
     """OTLP/HTTP traces endpoint (`http://collector:4318/v1/traces`); empty = tracing off, unless the standard
     `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` variables are set."""
-    # Scale-out on Ray Serve (voxline/ray_engine.py, docs/deploy.md): the front keeps the sessions, the models run
+    # Scale-out on Ray Serve (voxline/ray/, docs/deploy.md): the front keeps the sessions, the models run
     # as deployments. A worker spec reads `replicas=1 cpus=1 gpus=0 target_ongoing=8`; `replicas=1-4` autoscales
     # between 1 and 4 replicas on ongoing requests per replica (`target_ongoing`).
     engine: str = "embedded"

@@ -57,6 +57,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from voxline.config import Settings
 from voxline.errors import LLMError, Overloaded
@@ -322,6 +323,38 @@ class BatchRecord:
     lane: str
     size: int
     seconds: float
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """What a Session asks of the scheduler in front of the LLM: `TurnScheduler` in this process, or
+    `voxline.ray.RayTurnScheduler` in front of the LLM replicas. Every method is thread-safe and never blocks
+    (but `close`)."""
+
+    config: SchedulerConfig
+    """The lanes and priorities (the Ray front uses the replicas' own, so `depth` is per lane)."""
+
+    @property
+    def depth(self) -> dict[str, int]:
+        """Requests waiting for the model, per lane name."""
+
+    @property
+    def running(self) -> int:
+        """Requests the model is generating now."""
+
+    def submit(self, request: GenerationRequest, *, confidence: float | None, tier: int,
+               session_id: str = "", speculative: bool = False) -> Ticket:
+        """Queue one reply; its ticket's `future` gets the `GenerationResult` (or the `LLMError`), its
+        `request.on_text` every delta. Raises `Overloaded` instead of queueing past the limit."""
+
+    def confirm(self, ticket: Ticket) -> None:
+        """A speculative request's turn was confirmed: it is a real turn from now on."""
+
+    def withdraw(self, ticket: Ticket) -> None:
+        """The turn is over or interrupted: stop its request (out of the queue, or at its next token)."""
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new requests and let those in flight finish, waiting up to `timeout`."""
 
 
 class TurnScheduler:

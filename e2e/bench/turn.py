@@ -72,7 +72,8 @@ def _baseline_ms(engines, question: str) -> float:
 def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
     from voxline import paths
     from voxline.config import Settings
-    from voxline.server.session import Engines
+    from voxline.server.engines import Engines
+
     from e2e.harness import ServerThread
 
     settings = Settings.from_env(llm_model=llm)

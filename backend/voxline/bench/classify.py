@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Sequence
 
-from voxline.bench.stats import percentile
+from voxline.stats import percentile
 from voxline.intents import Grammar, builtin_grammar, recognize
 from voxline.server.intent_classifier import grounded, parse_command
 

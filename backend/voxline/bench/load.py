@@ -38,9 +38,11 @@ from pathlib import Path
 
 import msgspec
 
-from voxline.bench.stats import percentile, ratio, summary
+from voxline.bench.stats import ratio, summary
 from voxline.errors import VoxlineError
 from voxline.server import protocol as p
+from voxline.server.timings import STAGE_ENDS, STAGES
+from voxline.stats import percentile
 
 QUESTIONS = [  # typed turns; `voxline bench turn` asks them too
     "What is the capital of France?", "How far away is the moon?", "Why is the sky blue?",
@@ -92,13 +94,6 @@ comes from 127.0.0.1 and sends turns back to back, so with a browser's limits th
 A variable already set in the environment wins."""
 
 TURN_KINDS = ("llm", "intent", "audio")
-STAGES = ("uplink", "asr", "intent", "classify", "queue", "prefill", "decode", "tts", "transport")
-"""The server's `timings.stages`: the path to the first reply audio, in order."""
-_STAGE_ENDS = (("uplink", "audio_end_ms"), ("asr", "asr_ms"), ("intent", "intent_ms"), ("queue", "llm_batch_ms"),
-               ("prefill", "llm_first_token_ms"), ("decode", "first_clause_ms"), ("tts", "tts_first_audio_ms"),
-               ("transport", "first_audio_sent_ms"))
-"""For servers that send no `stages`: the timing mark at which each stage ends (see `derived_stages`); the same
-rule as the server's own `first_audio_stages`."""
 COMMANDS = [
     "pause the music", "turn the volume down", "set the volume to 30", "next song", "what time is it",
     "resume the music", "turn on the kitchen lights", "set a timer for 5 minutes", "mute", "turn the lights off",
@@ -815,7 +810,7 @@ def derived_stages(timings: dict) -> dict[str, float]:
     """Stages from the timing marks, for a server that sends no `stages`: each stage runs from the previous mark
     present to its own. Without `llm_batch_ms` the queueing lands in `prefill` (it cannot be told apart)."""
     stages, previous = {}, 0.0
-    for stage, mark in _STAGE_ENDS:
+    for stage, mark in STAGE_ENDS:
         at = timings.get(mark)
         if _is_number(at):
             stages[stage] = round(max(0.0, at - previous), 1)

@@ -1,16 +1,8 @@
-"""Percentiles as every Voxline benchmark reports them."""
+"""The summaries every Voxline benchmark reports (the percentile itself is `voxline.stats`, shared with the server)."""
 
 from __future__ import annotations
 
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Linear interpolation between closest ranks (numpy's default), or None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+from voxline.stats import percentile
 
 
 def summary(values: list[float]) -> dict:

@@ -43,11 +43,11 @@ from voxline.server.admission import Gate
 from voxline.server.assets import Asset, AssetSender
 from voxline.server.cors import CrossOriginMiddleware
 from voxline.server.drain import Drain
+from voxline.server.engines import Engines
 from voxline.server.headers import IsolationHeadersMiddleware
 from voxline.server.metrics import ServerMetrics
 from voxline.server.runtimes import (ONNXRUNTIME_WEB, PYODIDE, RUNTIMES, RuntimeFile, browser_runtimes,
                                      load_runtime_files)
-from voxline.server.session import Engines
 from voxline.server.token_endpoint import token_routes
 from voxline.server.widget import widget_routes
 from voxline.server.ws import websocket_endpoint
@@ -266,7 +266,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
                  ", ".join(f"{c.name} {c.size_bytes >> 20} MiB in {c.seconds:.2f} s" for c in checks))
         load = Engines.load
         if settings.engine == "ray":  # the models as Ray Serve deployments (docs/deploy.md)
-            from voxline.ray_engine import load_engines as load
+            from voxline.ray import load_engines as load
         engines = await asyncio.to_thread(
             load, settings, paths.model_dir, lambda name: loaded.__setitem__(name, True),
             metrics=server_metrics, telemetry=telemetry,

@@ -1,9 +1,12 @@
 """Prometheus metrics of one server process, and the slow-turn report.
 
-Every turn ends in `ServerMetrics.observe_turn` with its stage durations: the path to the first reply audio is
-cut into asr (server re-recognition), intent, classify (the LLM asked whether a grammar miss is still an intent),
-queue (waiting in the TurnScheduler), prefill (batch start → first token), decode (first token → first clause), tts
-(first clause → its audio) and transport (audio queued → sent on the socket). Those are the histograms a dashboard needs to see which stage moves under load.
+Every turn ends in `ServerMetrics.observe_turn` with its stage durations (timings.py: `STAGES`, the same cut as
+the `timings` message): the path to the first reply audio is cut into uplink (the turn's audio arriving), asr
+(server re-recognition), intent, classify (the LLM asked whether a grammar miss is still an intent), queue (waiting
+in the scheduler), prefill (batch start → first token), decode (first token → first clause), tts (first clause →
+its audio) and transport (audio queued → sent on the socket). Those are the histograms a dashboard needs to see
+which stage moves under load. A turn is observed when it ends (pipeline.py), whether or not its `timings` message
+ever reaches the client.
 
 The slow-turn report: a turn slower than the P99 of the recent turns of its kind is logged with the stage that
 took most of its time, so a latency spike in production says where it came from without a trace backend.
@@ -21,15 +24,13 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from voxline.bench.stats import percentile
+from voxline.stats import percentile
 
 if TYPE_CHECKING:
-    from voxline.scheduler import TurnScheduler
+    from voxline.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
 
-STAGES = ("asr", "intent", "classify", "queue", "prefill", "decode", "tts", "transport")
-"""The stages of the path to the first reply audio, in order."""
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0,
                      5.0, 8.0, 13.0, 20.0)
 BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
@@ -103,7 +104,7 @@ class ServerMetrics:
         """A gauge read at scrape time (uptime, active sessions)."""
         Gauge(name, documentation, registry=self.registry).set_function(read)
 
-    def watch_scheduler(self, scheduler: TurnScheduler) -> None:
+    def watch_scheduler(self, scheduler: Scheduler) -> None:
         """Queue depth per lane and the running batch, read from the scheduler at scrape time."""
         depth = Gauge("voxline_llm_queue_depth", "LLM requests waiting in the scheduler", ["lane"],
                       registry=self.registry)

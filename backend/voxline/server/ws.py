@@ -27,8 +27,10 @@ from voxline.errors import IdleTimeout, ProtocolError, RateLimited, ServerRestar
 from voxline.server import protocol as p
 from voxline.server.admission import Gate, Peer
 from voxline.server.drain import Drain
+from voxline.server.engines import Engines
 from voxline.server.limits import FrameBudget, IdleClock, Silence, Verdict
-from voxline.server.session import Engines, Outbound, Outbox, Session, SessionState
+from voxline.server.outbox import Outbound, Outbox
+from voxline.server.session import Session, SessionState
 
 log = logging.getLogger(__name__)
 
