@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 import voxline
 
 PACKAGE = Path(voxline.__file__).parent
