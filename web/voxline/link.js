@@ -227,7 +227,7 @@ export class BackendLink {
       this.hello.token = typeof this.token === 'function' ? await this.token() : this.token;
     } catch (error) {
       const delay = reconnectDelayMs(this.attempts++, this.reconnect);
-      this.#setState('offline', { reason: 'token_unavailable', retry_ms: delay });
+      this.#setState('offline', { reason: ERRORS.tokenUnavailable, retry_ms: delay });
       this.handlers.onError(ERRORS.tokenUnavailable, `No token for the Voxline server at ${host} (${error.message}); retrying in ${(delay / 1000).toFixed(1)} s. Local commands still work.`);
       if (!this.closed) setTimeout(() => this.connect(), delay);
       return;

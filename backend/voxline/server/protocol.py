@@ -248,12 +248,19 @@ _client_decoder = msgspec.json.Decoder(ClientMessage)
 
 
 class Welcome(msgspec.Struct, frozen=True, tag="welcome", tag_field="type"):
-    """Answer to `hello`: the session's id, the protocol version, and the limits it enforces."""
+    """Answer to `hello`: the session's id, the protocol version, and the terms of the session, which a client obeys
+    (web/voxline/link.js `serverTerms`). Fields are only ever added: a client ignores what it does not know, and
+    takes this version's values (`MAX_TURN_AUDIO_SECONDS`, ...) for what an older server leaves out."""
 
     session_id: str
     v: int
     limits: dict[str, float | int]
+    """`asr_confidence_gate`: below this browser confidence the server re-recognises a turn's audio, so a client
+    sends the audio of every such turn; `max_turn_audio_s`, `max_opus_turn_bytes`, `max_pcm16_turn_bytes`: the most
+    audio one turn may carry; `max_frame_bytes`, `max_text_frame_bytes`, `max_text_chars`; the rates, the reply's
+    bounds and the idle timeout (docs/protocol.md, `welcome`)."""
     reply_audio: dict[str, str | int]
+    """How reply audio frames come: `encoding` (pcm16le), `sample_rate`, `channels`, `header_bytes`."""
     models: dict[str, str]
 
 
