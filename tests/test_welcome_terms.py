@@ -44,8 +44,8 @@ const link = new BackendLink(turn.url, {
     if (!connected || seen.sent) return;
     seen.terms = link.terms;
     seen.sentAudio = link.wantsAudio(turn.confidence, turn.floor);
-    const audio = seen.sentAudio ? { packets: turn.packets.map(bytes), seconds: turn.seconds,
-      decoderConfig: { sampleRate: turn.sampleRate, numberOfChannels: 1, description: bytes(turn.description) } } : null;
+    const decoderConfig = { sampleRate: turn.sampleRate, numberOfChannels: 1, description: bytes(turn.description) };
+    const audio = seen.sentAudio ? { packets: turn.packets.map(bytes), seconds: turn.seconds, decoderConfig } : null;
     seen.sent = link.sendTurn({ transcript: turn.transcript, confidence: turn.confidence, audio });
   },
   onTranscript: (turnId, text, confidence) => seen.transcripts.push({ text, confidence }),
