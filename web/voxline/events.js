@@ -2,21 +2,9 @@
 // Each is dispatched on the target (document by default), bubbling and composed, with `t` = performance.now()
 // and `audio_t` = seconds of microphone audio captured since listening started, at the moment it fires.
 
-export const EVENTS = Object.freeze({
-  ready: 'voxline:ready',
-  speechStart: 'voxline:speech-start',
-  speechEnd: 'voxline:speech-end',
-  transcript: 'voxline:transcript',
-  intent: 'voxline:intent',
-  reply: 'voxline:reply',
-  replyAudio: 'voxline:reply-audio',
-  timings: 'voxline:timings',
-  link: 'voxline:link',
-  /** Where the exchange stands (turn.js): `state` hearing, deciding, server-pending, replying or idle (with
-   * `outcome`: local, reply, interrupted, nothing, unreachable); `interrupted` names a reply spoken over. */
-  turn: 'voxline:turn',
-  error: 'voxline:error',
-});
+// The names are defined once, in the protocol's source (backend/voxline/server/protocol.py, BROWSER_EVENTS), and
+// generated into protocol.js.
+export { EVENTS } from './protocol.js';
 
 export class Emitter {
   /**

@@ -59,7 +59,9 @@ export const DEFAULTS = Object.freeze({
   tokenSlack: 4,
 
   // Local intents (zero round trips).
-  /** Transcript confidence below which a local match is not trusted and the turn goes to the server. */
+  /** Transcript confidence below which a local match is not trusted and the turn goes to the server. It is also the
+   * floor of the gate below which the turn's audio goes with it: the server announces its own re-recognition gate in
+   * `welcome` (`asr_confidence_gate`), and the audio goes below whichever is higher (link.js `wantsAudio`). */
   localIntentMinConfidence: 0.5,
   /** Grammar-aware decoding: beside the free decode, a decode constrained to the grammar's sentences gives the
    * command reading and its command confidence (off: the free transcript and its word confidence decide). */

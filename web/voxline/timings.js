@@ -9,6 +9,8 @@
 // Every stage is an `audio_t` (seconds of microphone audio captured) except `speech_end`, which is where speech
 // ended in the input (the last voiced sample): so `stage − speech_end` is the latency the user lived through.
 
+import { EVENTS } from './protocol.js';
+
 /** The stages a record may hold, in the order a turn without surprises reaches them. */
 export const STAGES = Object.freeze(['speech_end', 'turn_end', 'transcript', 'intent', 'sent', 'first_audio']);
 /** Turns waiting for a stage that may never come (nothing intelligible was said, the server was down) are
@@ -37,18 +39,18 @@ export class TurnTimings {
    */
   observe(name, d) {
     switch (name) {
-      case 'voxline:speech-start':
+      case EVENTS.speechStart:
         this.open.push({ turn_id: this.nextTurnId++, stages: {} });
         this.open.splice(0, Math.max(0, this.open.length - MAX_OPEN_TURNS));
         return;
-      case 'voxline:speech-end': {
+      case EVENTS.speechEnd: {
         const turn = this.#newest((t) => t.stages.speech_end === undefined);
         if (!turn) return;
         turn.stages.speech_end = d.end_t;
         turn.stages.turn_end = d.audio_t;
         return;
       }
-      case 'voxline:transcript': {
+      case EVENTS.transcript: {
         if (!d.final || d.source === 'server') return;
         // The final transcript names the end of speech it was decoded up to: that picks its turn exactly.
         const turn = this.#newest((t) => t.stages.transcript === undefined && t.stages.speech_end === d.end_t)
@@ -58,7 +60,7 @@ export class TurnTimings {
         turn.text = d.text;
         return this.#check(turn);
       }
-      case 'voxline:intent': {
+      case EVENTS.intent: {
         if (d.source === 'server') {
           const turn = this.#server(d.turn_id);
           if (turn && turn.stages.intent === undefined) turn.stages.intent = d.audio_t;
@@ -75,7 +77,7 @@ export class TurnTimings {
         if (d.early) turn.early = true;
         return this.#check(turn);
       }
-      case 'voxline:reply-audio': {
+      case EVENTS.replyAudio: {
         const turn = this.#server(d.turn_id);
         if (!turn) return;
         if (d.first && turn.stages.first_audio === undefined) turn.stages.first_audio = d.audio_t;

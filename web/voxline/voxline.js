@@ -25,7 +25,6 @@
 
 /** How long a low-confidence turn waits for its Opus packets (they follow the end of the turn by one flush). */
 const TURN_AUDIO_WAIT_MS = 500;
-const REPLY_AUDIO_RATE = 24000;
 /** Server turns whose sent transcript is kept for learning their intent (older ones are answered long since). */
 const MAX_REMEMBERED_TURNS = 8;
 import { Capture } from './capture.js';
@@ -35,6 +34,7 @@ import { normalize } from './normalize.js';
 import { BackendLink } from './link.js';
 import { fetchManifest, LoadLedger, loadModels, loadRuntimeFile, ModelLoadError } from './loader.js';
 import { ReplyPlayer } from './player.js';
+import { ERRORS, REPLY_AUDIO_RATE_HZ } from './protocol.js';
 import { resolveSettings } from './settings.js';
 import { TurnTimings } from './timings.js';
 import { TurnMachine } from './turn.js';
@@ -505,6 +505,8 @@ export class Voxline {
       && this.sendingTurns === 0 && this.exchange.serverTurn === null && this.exchange.held === null
       && this.link?.connected;
     if (!settings.speculativeTurns || decoded.confidence < settings.speculativeMinConfidence || !open()) return;
+    // A turn the server would re-recognise goes with its audio, at the end of the turn: a speculative one has none.
+    if (this.link.wantsAudio(decoded.confidence, settings.localIntentMinConfidence)) return;
     if (await this.#finalCommand(decoded)) return;
     await this.bargeInSent; // one turn at a time on the server: the one talked over must be ended first
     if (!open()) return; // the turn ended (its final path decides), or the user went on, meanwhile
@@ -535,10 +537,10 @@ export class Voxline {
     if (!problem) await intents.remember(sent.text, match, this.serverUrl);
   }
 
-  #connect() {
-    if (!this.serverUrl) return;
-    this.player = new ReplyPlayer({
-      sampleRate: REPLY_AUDIO_RATE,
+  /** A reply player at `sampleRate` (the protocol's until the server's `welcome` says otherwise). */
+  #makePlayer(sampleRate) {
+    return new ReplyPlayer({
+      sampleRate,
       onFirstSample: (turnId) => this.events.emit(EVENTS.replyAudio, { first: true, turn_id: turnId }),
       onFinished: ({ replyId, reason, playedMs }) => {
         this.events.emit(EVENTS.replyAudio, {
@@ -546,7 +548,25 @@ export class Voxline {
         this.#exchangeInput({ type: 'playback-ended', turnId: replyId });
       },
     });
+  }
+
+  /**
+   * The server's `welcome`: its reply audio comes at the sample rate it announced. A player at another rate would
+   * play it too fast or too slow, so it is replaced (rarely: every Voxline server so far speaks at 24 kHz).
+   * @param {import('./link.js').ServerTerms} terms
+   */
+  #welcomed(terms) {
+    if (this.player.rate === terms.replySampleRate) return;
+    this.player.context?.close().catch(() => {});
+    this.player = this.#makePlayer(terms.replySampleRate);
+    this.player.warmUp().catch(() => {});
+  }
+
+  #connect() {
+    if (!this.serverUrl) return;
+    this.player = this.#makePlayer(REPLY_AUDIO_RATE_HZ);
     this.link = new BackendLink(this.serverUrl, {
+      onWelcome: (terms) => this.#welcomed(terms),
       onStatus: (connected) => {
         this.backendConnected = connected;
         if (!connected) {
@@ -678,15 +698,15 @@ export class Voxline {
       if (this.link?.dormant) await this.link.wake(); // closed for idling: back for this turn
       if (!this.link?.connected) {
         this.#exchangeInput({ type: 'unreachable' });
-        this.#fail('backend_unreachable', this.serverUrl
+        this.#fail(ERRORS.backendUnreachable, this.serverUrl
           ? 'The Voxline server is unreachable, so only local commands work right now. It reconnects by itself.'
           : 'No Voxline server is configured: only local commands work.');
         return;
       }
       // The server re-recognises below its own gate (`welcome`); the audio goes with every turn it will use it for.
-      const serverGate = this.link.session?.limits?.asr_confidence_gate ?? 0;
-      const gate = Math.max(this.settings.localIntentMinConfidence, serverGate);
-      const audio = confidence < gate && this.opus ? await this.#turnAudio(turn) : null;
+      const wanted = this.link.wantsAudio(confidence, this.settings.localIntentMinConfidence);
+      const packets = wanted && this.opus ? await this.#turnAudio(turn) : null;
+      const audio = packets && { ...packets, seconds: (packets.end - packets.start) / this.settings.sampleRate };
       // A speculation this turn does not confirm (another transcript, or another utterance's) ends before anything
       // else is sent: the server holds one turn at a time.
       const speculation = this.speculation;

@@ -13,7 +13,7 @@
 //
 // Voxline dispatches its events on the element (bubbling, composed), so they reach both the element's own listeners
 // and `document`, exactly as on the demo page.
-import { EVENTS } from '../voxline/events.js';
+import { EVENTS } from '../voxline/protocol.js';
 import { tokenFromUrl } from '../voxline/link.js';
 import { Voxline } from '../voxline/voxline.js';
 import { useServerBase } from './core-url.js';

@@ -11,6 +11,8 @@
 // commands still work, so the button keeps listening and only looks different. `error` is the one phase that needs
 // the user (models could not load, the microphone was refused).
 
+import { ERRORS, EVENTS } from '../voxline/protocol.js';
+
 /** @typedef {'loading'|'idle'|'listening'|'thinking'|'speaking'|'error'} Phase */
 /** @typedef {Phase|'offline'} ShownState what the button shows: a phase, or `offline` while idle or listening */
 /**
@@ -28,8 +30,8 @@ export const INITIAL_STATUS = Object.freeze({ phase: 'loading', listening: false
 /** Error codes after which nothing works until the user acts (reload, allow the microphone). */
 const FATAL_ERROR = /^(mic_|model_|load_failed$)/;
 /** Errors that mean the server could not be reached, or will not serve this page (local commands still work). */
-const OFFLINE_ERRORS = new Set(['backend_unreachable', 'token_unavailable', 'unauthenticated', 'origin_not_allowed',
-  'unauthorized', 'unsupported_version', 'unsupported_language']);
+const OFFLINE_ERRORS = new Set([ERRORS.backendUnreachable, ERRORS.tokenUnavailable, ERRORS.unauthenticated,
+  ERRORS.originNotAllowed, ERRORS.unauthorized, ERRORS.unsupportedVersion, ERRORS.unsupportedLanguage]);
 
 /** @param {WidgetStatus} status @returns {Phase} where a finished turn leaves the button */
 function rest(status) {
@@ -53,36 +55,36 @@ function turnPhase(status, state) {
  */
 export function nextStatus(status, { type, detail = {} }) {
   const s = { ...status };
-  if (s.phase === 'error' && !['load', 'listen', 'voxline:ready'].includes(type)) return s;
+  if (s.phase === 'error' && !['load', 'listen', EVENTS.ready].includes(type)) return s;
   const fromServer = detail.source === 'server';
   switch (type) {
     case 'load':
       return { ...s, phase: 'loading' };
-    case 'voxline:ready':
+    case EVENTS.ready:
       return { ...s, phase: rest(s) };
     case 'listen':
       return { ...s, listening: true, phase: s.phase === 'loading' ? 'loading' : 'listening' };
     case 'stop':
       return { ...s, listening: false, hearing: false, phase: s.phase === 'loading' ? 'loading' : 'idle' };
-    case 'voxline:speech-start':
+    case EVENTS.speechStart:
       return { ...s, hearing: true };
-    case 'voxline:speech-end':
+    case EVENTS.speechEnd:
       return { ...s, hearing: false };
-    case 'voxline:turn':
+    case EVENTS.turn:
       return { ...s, phase: turnPhase(s, detail.state) };
-    case 'voxline:transcript':
-    case 'voxline:intent':
+    case EVENTS.transcript:
+    case EVENTS.intent:
       return fromServer ? { ...s, offline: false } : s;
-    case 'voxline:reply':
-    case 'voxline:reply-audio':
+    case EVENTS.reply:
+    case EVENTS.replyAudio:
       return { ...s, offline: false };
-    case 'voxline:link':
+    case EVENTS.link:
       // Open: reachable again. Offline (reconnecting) or refused: local commands only. Connecting, an idle close
       // (reopened with the next turn) and the page's own stop say nothing new about the server.
       if (detail.state === 'open') return { ...s, offline: false };
       if (detail.state === 'offline' || detail.reason === 'refused') return { ...s, offline: true };
       return s;
-    case 'voxline:error':
+    case EVENTS.error:
       if (OFFLINE_ERRORS.has(detail.code)) return { ...s, offline: true, phase: s.phase === 'loading' ? s.phase : rest(s) };
       if (FATAL_ERROR.test(detail.code ?? '')) return { ...s, phase: 'error', listening: false, hearing: false };
       return s; // a failed turn still ends with a reply (an apology); nothing to change here

@@ -1,5 +1,10 @@
 """The `/ws` wire protocol, version 1: typed messages, binary audio frames, close codes (see docs/protocol.md).
 
+This module is the protocol's one source: the browser's copy, `web/voxline/protocol.js`, is generated from it
+(`python -m voxline.server.protocol_js`): message types, frame layouts, close codes, error codes, the browser's
+event names and the limits a server announces in `welcome`. tests/test_protocol_source.py fails when either copy
+changes alone.
+
 Text frames are JSON objects tagged by `type`; every inbound one is parsed into a frozen `msgspec.Struct` before
 any handler sees it, so handlers never touch raw dictionaries. Unknown fields are ignored (a newer client may add
 some); an unknown `type`, a missing or mistyped field, or a value out of range is a `BadMessage`.
@@ -17,7 +22,32 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from voxline.errors import BadMessage
+from voxline.errors import (
+    ASRError,
+    BadMessage,
+    DigestMismatch,
+    FetchError,
+    IdleTimeout,
+    IllegalState,
+    LimitExceeded,
+    LLMError,
+    ModelError,
+    ModelMissing,
+    OriginNotAllowed,
+    Overloaded,
+    RateLimited,
+    ServerRestarting,
+    ServerUnreachable,
+    SlowConsumer,
+    TooManySessions,
+    TTSError,
+    TurnError,
+    Unauthenticated,
+    Unauthorized,
+    UnsupportedLanguage,
+    UnsupportedVersion,
+    VoxlineError,
+)
 
 PROTOCOL_VERSION = 1
 """Bumped on any change an old peer would misread; `hello.v` must equal it."""
@@ -54,14 +84,14 @@ warning)."""
 CLOSE_TOO_MANY_SESSIONS = 4429
 """Too many concurrent sessions from the client's address or on its site key."""
 CLOSING_ERRORS = {
-    "unsupported_version": CLOSE_UNSUPPORTED_VERSION,
-    "unauthorized": CLOSE_UNAUTHORIZED,
-    "unsupported_language": CLOSE_UNSUPPORTED_LANGUAGE,
-    "unauthenticated": CLOSE_UNAUTHENTICATED,
-    "origin_not_allowed": CLOSE_ORIGIN_NOT_ALLOWED,
-    "idle_timeout": CLOSE_IDLE_TIMEOUT,
-    "too_many_sessions": CLOSE_TOO_MANY_SESSIONS,
-    "server_restarting": CLOSE_SERVICE_RESTART,
+    UnsupportedVersion.code: CLOSE_UNSUPPORTED_VERSION,
+    Unauthorized.code: CLOSE_UNAUTHORIZED,
+    UnsupportedLanguage.code: CLOSE_UNSUPPORTED_LANGUAGE,
+    Unauthenticated.code: CLOSE_UNAUTHENTICATED,
+    OriginNotAllowed.code: CLOSE_ORIGIN_NOT_ALLOWED,
+    IdleTimeout.code: CLOSE_IDLE_TIMEOUT,
+    TooManySessions.code: CLOSE_TOO_MANY_SESSIONS,
+    ServerRestarting.code: CLOSE_SERVICE_RESTART,
 }
 """Error codes after which the server closes the connection, and the close code it uses (an `idle_timeout` is
 first sent as a warning, and closes only if the client stays silent; a `server_restarting` about one turn closes
@@ -218,12 +248,19 @@ _client_decoder = msgspec.json.Decoder(ClientMessage)
 
 
 class Welcome(msgspec.Struct, frozen=True, tag="welcome", tag_field="type"):
-    """Answer to `hello`: the session's id, the protocol version, and the limits it enforces."""
+    """Answer to `hello`: the session's id, the protocol version, and the terms of the session, which a client obeys
+    (web/voxline/link.js `serverTerms`). Fields are only ever added: a client ignores what it does not know, and
+    takes this version's values (`MAX_TURN_AUDIO_SECONDS`, ...) for what an older server leaves out."""
 
     session_id: str
     v: int
     limits: dict[str, float | int]
+    """`asr_confidence_gate`: below this browser confidence the server re-recognises a turn's audio, so a client
+    sends the audio of every such turn; `max_turn_audio_s`, `max_opus_turn_bytes`, `max_pcm16_turn_bytes`: the most
+    audio one turn may carry; `max_frame_bytes`, `max_text_frame_bytes`, `max_text_chars`; the rates, the reply's
+    bounds and the idle timeout (docs/protocol.md, `welcome`)."""
     reply_audio: dict[str, str | int]
+    """How reply audio frames come: `encoding` (pcm16le), `sample_rate`, `channels`, `header_bytes`."""
     models: dict[str, str]
 
 
@@ -368,8 +405,12 @@ FRAME_REPLY_AUDIO = 0x81
 FLAG_CLAUSE_END = 0x01
 """Reply frame flag: the last frame of a clause (a natural place for the player to stop on barge-in)."""
 
-_UPLINK_HEADER = struct.Struct("<BBHI")  # kind, flags (0), reserved (0), turn_id
-_REPLY_HEADER = struct.Struct("<BBHII")  # kind, flags, clause index, turn_id, seq
+UPLINK_HEADER_FIELDS = (("kind", "B"), ("flags", "B"), ("reserved", "H"), ("turn_id", "I"))
+"""An uplink frame's header, in order, as `struct` codes (little-endian): flags and reserved are 0."""
+REPLY_HEADER_FIELDS = (("kind", "B"), ("flags", "B"), ("clause", "H"), ("turn_id", "I"), ("seq", "I"))
+"""A reply audio frame's header, in order, as `struct` codes (little-endian)."""
+_UPLINK_HEADER = struct.Struct("<" + "".join(code for _, code in UPLINK_HEADER_FIELDS))
+_REPLY_HEADER = struct.Struct("<" + "".join(code for _, code in REPLY_HEADER_FIELDS))
 UPLINK_HEADER_BYTES = _UPLINK_HEADER.size
 REPLY_HEADER_BYTES = _REPLY_HEADER.size
 _UPLINK_KINDS = {FRAME_OPUS: "opus", FRAME_PCM16: "pcm16"}
@@ -433,3 +474,51 @@ def parse_reply_audio(data: bytes) -> ReplyAudioFrame:
     if code != FRAME_REPLY_AUDIO:
         raise BadMessage(f"binary frame kind 0x{code:02x} is not reply audio")
     return ReplyAudioFrame(turn_id, seq, clause, bool(flags & FLAG_CLAUSE_END), bytes(data[REPLY_HEADER_BYTES:]))
+
+
+def header_offsets(fields: tuple[tuple[str, str], ...]) -> dict[str, int]:
+    """Byte offset of each field of a binary header (`UPLINK_HEADER_FIELDS`, `REPLY_HEADER_FIELDS`)."""
+    offsets, at = {}, 0
+    for name, code in fields:
+        offsets[name] = at
+        at += struct.calcsize("<" + code)
+    return offsets
+
+
+# ---------------------------------------------------------------------------------------------- error codes
+
+WIRE_ERRORS: tuple[type[VoxlineError], ...] = (
+    BadMessage, IllegalState, LimitExceeded, UnsupportedVersion, UnsupportedLanguage, Unauthorized, Unauthenticated,
+    OriginNotAllowed, TooManySessions, RateLimited, IdleTimeout, SlowConsumer, ServerRestarting, ASRError, LLMError,
+    TTSError, ModelError, DigestMismatch, ModelMissing, FetchError, TurnError, Overloaded,
+)
+"""Every error whose `code` the server sends in an `error` frame; the page shows it as `voxline:error` (the strings
+live on the classes, voxline/errors.py)."""
+TOKEN_UNAVAILABLE = "token_unavailable"
+"""The page's `token` function (its `token-url`) failed, so it could not say `hello`; it tries again with backoff."""
+LINK_ERROR_CODES = (ServerUnreachable.code, TOKEN_UNAVAILABLE, BadMessage.code)
+"""The codes the page's link reports in `voxline:error` by itself: the server cannot be reached (a close that
+reconnecting may fix, or no connection), no token, or a frame from the server that is not JSON."""
+ERROR_CODES = tuple(dict.fromkeys([*(error.code for error in WIRE_ERRORS), *LINK_ERROR_CODES]))
+"""Every error code of the protocol, as the server sends it or the page's link reports it."""
+
+
+# ---------------------------------------------------------------------------------------------- browser events
+
+BROWSER_EVENTS = {
+    "voxline:ready": "The models are loaded (`load_ms`, `models`); never waits for the microphone.",
+    "voxline:speech-start": "The user started speaking.",
+    "voxline:speech-end": "The user stopped speaking.",
+    "voxline:transcript": "`text`, `final`, `confidence` (0..1), `source` (the page's own, or `server`).",
+    "voxline:intent": "`intent`, `slots`, `source` (`cache`, `local` or `server`), `text`, `confidence`.",
+    "voxline:reply": "`text` (so far), `final`.",
+    "voxline:reply-audio": "`first`: the reply's first sample plays; `last`: its last has played (or was stopped).",
+    "voxline:timings": "`turn_id`, `stages` on the capture clock, and the server's `timings` when it took part.",
+    "voxline:link": "`state` of the backend connection: `connecting`, `open`, `closed` or `offline`.",
+    "voxline:turn": "Where the exchange stands (turn.js): `state` hearing, deciding, server-pending, replying or idle "
+                    "(with `outcome`: local, reply, interrupted, nothing, unreachable); `interrupted` names a reply "
+                    "spoken over.",
+    "voxline:error": "`code` (one of `ERROR_CODES`, or one of the page's own), `message`.",
+}
+"""The page's events, dispatched on `document` (names are a public interface: DESIGN.md), and what each carries
+besides `t` and `audio_t`. `voxline talk --json` prints the same names."""

@@ -202,6 +202,8 @@ class Session:
             limits={
                 "max_text_chars": p.MAX_TEXT_CHARS,
                 "max_turn_audio_s": p.MAX_TURN_AUDIO_SECONDS,
+                "max_opus_turn_bytes": p.MAX_OPUS_TURN_BYTES,
+                "max_pcm16_turn_bytes": p.MAX_PCM16_TURN_BYTES,
                 "max_text_frame_bytes": p.MAX_TEXT_FRAME_BYTES,
                 "asr_confidence_gate": self.settings.asr_confidence_gate,
                 "reply_max_tokens": self.settings.reply_max_tokens,
