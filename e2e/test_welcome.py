@@ -9,10 +9,11 @@ import json
 import pytest
 
 from voxline.bench.audio import RATE, compose, hibari, write_wav
-from voxline.bench.browser import ServerThread, VoxlinePage
 from voxline.config import Settings
 from voxline.server import protocol as p
+
 from e2e.conftest import E2E_LLM, settled_frames
+from e2e.harness import ServerThread, VoxlinePage
 
 PAGE_FLOOR = 0.5
 """settings.js `localIntentMinConfidence`: below it the page sends audio whatever the server says."""

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 
 from voxline.bench.audio import RATE, hibari
-from voxline.bench.browser import ServerThread
 from voxline.config import DEFAULT_ASR_CONFIDENCE_GATE, Settings
 from voxline.server import protocol as p
 from voxline.server_asr import encode_opus
+
+from e2e.harness import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 LINK = ROOT / "web" / "voxline" / "link.js"

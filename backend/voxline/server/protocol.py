@@ -121,6 +121,10 @@ MAX_FRAME_BYTES = 1024 * 1024
 """Largest WebSocket frame a client may send, for the server to give uvicorn as `ws_max_size`: above any text frame
 (`MAX_TEXT_FRAME_BYTES`) and above `MAX_TURN_AUDIO_SECONDS` of PCM16 in one binary frame (960 kB plus its header).
 uvicorn refuses a larger frame from its header (close 1009) before buffering it; its own default is 16 MiB."""
+WIRE_LIMITS = {"max_text_chars": MAX_TEXT_CHARS, "max_turn_audio_s": MAX_TURN_AUDIO_SECONDS,
+               "max_opus_turn_bytes": MAX_OPUS_TURN_BYTES, "max_pcm16_turn_bytes": MAX_PCM16_TURN_BYTES,
+               "max_text_frame_bytes": MAX_TEXT_FRAME_BYTES, "max_frame_bytes": MAX_FRAME_BYTES}
+"""The limits above as `welcome` announces them (with those that come from the server's settings)."""
 UVICORN_WEBSOCKET_OPTIONS = {"ws_max_size": MAX_FRAME_BYTES, "ws_per_message_deflate": False}
 """How every Voxline server runs uvicorn's WebSockets: the frame limit above, and no permessage-deflate. Browsers
 ask for compression by default; it bought nothing here (reply audio is PCM, control messages are a few hundred
