@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up everything Voxline needs on a fresh Debian machine (root), idempotently:
-# apt packages, the Python venv (.venv), npm packages (node_modules), the widget bundles (dist), every model and the
+# apt packages, npm packages (node_modules), the widget bundles (dist), the Python venv (.venv), every model and the
 # browser runtimes (into the cache, with brotli/gzip variants of what the page downloads).
 # A second run only checks: each step is skipped when what it made is still current.
 set -euo pipefail
@@ -25,19 +25,6 @@ else
   echo "all present" >&2
 fi
 
-step "python venv (.venv)"
-deps_key=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
-fi
-if [ "$(cat .venv/.voxline-deps 2>/dev/null)" != "$deps_key" ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
-    -e '.[client,convert,test,tracing,bench,ray]'
-  echo "$deps_key" > .venv/.voxline-deps
-else
-  echo "up to date" >&2
-fi
-
 step "npm packages (node_modules)"
 lock_key=$(sha256sum package-lock.json | cut -c1-16)
 if [ "$(cat node_modules/.voxline-lock 2>/dev/null)" != "$lock_key" ]; then
@@ -54,6 +41,21 @@ widget_key=$(cat package.json package-lock.json scripts/build-widget.mjs web/vox
 if [ ! -f dist/widget.js ] || [ "$(cat dist/.voxline-build 2>/dev/null)" != "$widget_key" ]; then
   npm run --silent build
   echo "$widget_key" > dist/.voxline-build
+else
+  echo "up to date" >&2
+fi
+
+step "python venv (.venv)"
+# After the widget build: the package carries the bundles of dist/ (pyproject.toml's force-include), and hatchling
+# refuses to install it, even editable, without them.
+deps_key=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+if [ "$(cat .venv/.voxline-deps 2>/dev/null)" != "$deps_key" ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt \
+    -e '.[client,convert,test,tracing,bench,ray]'
+  echo "$deps_key" > .venv/.voxline-deps
 else
   echo "up to date" >&2
 fi
