@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from voxline.intents import Grammar, Match, builtin_grammar, compile_documents, is_prefix, recognize
+from voxline.intents import Grammar, Match, builtin_grammar, compile_documents, could_change, is_prefix, recognize
 from voxline.intents.expression import SlotRef
 
 
@@ -390,6 +390,72 @@ def test_is_prefix(grammar, text):
 )
 def test_is_not_prefix(grammar, text):
     assert not is_prefix(text, grammar)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "pause",  # "pause the music" pauses all the same
+        "mute",
+        "next",
+        "louder",
+        "unmute",
+        "resume the music",
+        "go back",
+        "volume down",
+        "stop the music",
+        "pause the music",  # nothing longer starts with it at all
+        "pause the music for a second",  # skip words are not the grammar's sentences
+    ],
+)
+def test_more_words_could_not_change_it(grammar, text):
+    assert recognize(text, grammar) is not None
+    assert not could_change(text, grammar)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("stop", "stop the timer: another intent"),
+        ("turn on the lights", "... in the kitchen: a slot value added"),
+        ("turn the lights off", "... in the kitchen"),
+        ("turn the volume down", "... to 30: another intent"),
+        ("set the volume to fifty", "... five: the slot's own words go on"),
+        ("set a timer for ten minutes", "... and thirty seconds"),
+        ("play some jazz", "free text may go on"),
+        ("play", "... {query}"),
+        ("turn the volume", "no command yet: as is_prefix"),
+    ],
+)
+def test_more_words_could_change_it(grammar, text, why):
+    assert could_change(text, grammar), why
+
+
+def test_could_change_is_never_false_where_is_prefix_finds_a_longer_command_of_another_meaning():
+    """Built from a grammar where the longer sentences differ in intent, in slots, or not at all."""
+    grammar = Grammar.from_dict(compile_documents([{
+        "language": "en",
+        "lists": {"room": {"values": ["kitchen", "hall"]}},
+        "intents": {
+            "demo.on": {"sentences": ["lamp on", "lamp on now then", "lamp on in the {room}"]},
+            "demo.dim": {"sentences": ["lamp", "lamp dim", "lamp dim [a bit]"]},
+            "demo.other": {"sentences": ["lamp dim for good"]},
+        },
+    }]))
+    assert is_prefix("lamp on", grammar) and could_change("lamp on", grammar)  # ... in the {room}
+    assert is_prefix("lamp dim", grammar) and could_change("lamp dim", grammar)  # ... for good: demo.other
+    assert is_prefix("lamp", grammar) and could_change("lamp", grammar)  # lamp on: demo.on
+    assert is_prefix("lamp dim a", grammar) and could_change("lamp dim a", grammar)  # not a command yet
+    assert not is_prefix("lamp on now then", grammar) and not could_change("lamp on now then", grammar)
+
+
+def test_a_longer_sentence_of_the_same_meaning_does_not_change_it():
+    grammar = Grammar.from_dict(compile_documents([{
+        "language": "en",
+        "intents": {"demo.pause": {"sentences": ["pause", "pause [the] (music|song)", "pause it now"]}},
+    }]))
+    assert is_prefix("pause", grammar) and not could_change("pause", grammar)
+    assert recognize("pause it now", grammar).intent == "demo.pause"
 
 
 def test_prefix_and_match_together_decide_early_dispatch(grammar):

@@ -28,8 +28,10 @@ const silence = (secs) => Array(frames(secs)).fill(0.02);
 
 test('a turn starts after the minimum speech length and ends after the hangover', () => {
   const { events } = run([...silence(0.5), ...speech(1.0), ...silence(1.0)]);
-  assert.deepEqual(events.map((e) => e.type),
-    ['speech-start', 'pause', 'turn-check', 'command-silence', 'command-silence', 'speech-end']);
+  // the pause's marks in the order of the silences they wait for (a command mark first when they are equal)
+  const marks = [['command-silence', DEFAULTS.commandSilenceSecs], ['command-silence', DEFAULTS.prefixCommandSilenceSecs],
+    ['turn-check', DEFAULTS.turnCheckSecs]].sort((a, b) => a[1] - b[1]).map(([type]) => type);
+  assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', ...marks, 'speech-end']);
   const [start, , , , , end] = events;
   assert.equal(start.voicedAt, frames(0.5) * FRAME);
   assert.equal(start.start, start.voicedAt - DEFAULTS.preRollSecs * RATE);
@@ -128,7 +130,11 @@ test('each kind of command is told once, when the silence is long enough for it'
 });
 
 test('a pause between words is too short for any command to act', () => {
-  const { events } = run([...speech(1.0), ...silence(0.15), ...speech(0.3), ...silence(0.15), ...speech(0.3)]);
+  // 0.1 s: the gaps inside fluent speech; a complete command acts after `commandSilenceSecs` (0.15 s), one that
+  // more words could change after `prefixCommandSilenceSecs`
+  const gap = 0.1;
+  assert.ok(gap < DEFAULTS.commandSilenceSecs);
+  const { events } = run([...speech(1.0), ...silence(gap), ...speech(0.3), ...silence(gap), ...speech(0.3)]);
   assert.deepEqual(events.filter((e) => e.type === 'command-silence'), []);
 });
 

@@ -87,11 +87,14 @@ test('anything but an absolute http(s) or ws(s) URL has no server origin', () =>
   }
 });
 
-test('a complete command is a match that nothing longer could extend', () => {
+test('a complete command is a match that no longer command could change', () => {
   const match = { intent: 'media.pause', slots: {} };
-  assert.equal(isCompleteCommand({ match, prefix: false }), true);
-  assert.equal(isCompleteCommand({ match, prefix: true }), false);
-  assert.equal(isCompleteCommand({ match: null, prefix: true }), false);
-  assert.equal(isCompleteCommand({ match: null, prefix: false }), false);
+  assert.equal(isCompleteCommand({ match, prefix: false, couldChange: false }), true);
+  // "pause" may go on as "pause the music", which pauses all the same
+  assert.equal(isCompleteCommand({ match, prefix: true, couldChange: false }), true);
+  // "stop" may go on as "stop the timer", another intent
+  assert.equal(isCompleteCommand({ match, prefix: true, couldChange: true }), false);
+  assert.equal(isCompleteCommand({ match: null, prefix: true, couldChange: true }), false);
+  assert.equal(isCompleteCommand({ match: null, prefix: false, couldChange: false }), false);
   assert.equal(isCompleteCommand(null), false);
 });

@@ -7,7 +7,7 @@
 //                {type: 'lexicon', id, lang = 'en'}  the grammar as a word graph for the recogniser (lexicon.py)
 //                {type: 'validate', id, intent, slots, lang = 'en'}   could this grammar give that intent?
 // Messages out:  {type: 'ready', grammar_version, load_ms, timings}              once, when it can answer
-//                {type: 'result', id, match, prefix, ms}                         match: Match.to_dict() or null
+//                {type: 'result', id, match, prefix, couldChange, ms}            match: Match.to_dict() or null
 //                {type: 'extended', id, grammar_version}
 //                {type: 'lexicon', id, lexicon}                                  voxline.intents.lexicon's layout
 //                {type: 'validated', id, problem}                                null, or what is wrong
@@ -46,7 +46,7 @@ class EngineError extends Error {
 // Answers JSON strings, so that no Python object (and no proxy to free) crosses into JavaScript.
 const GLUE = `
 import json
-from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, is_prefix, recognize
+from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, could_change, is_prefix, recognize
 from voxline.intents.lexicon import decoding_lexicon
 from voxline.intents.validate import intent_problem
 
@@ -69,9 +69,10 @@ def vx_recognize(text, lang):
     try:
         match = recognize(text, _grammar, lang)
         prefix = is_prefix(text, _grammar, lang)
+        changes = could_change(text, _grammar, lang) if match is not None else prefix
     except GrammarError as error:
         return json.dumps({"error": {"code": error.code, "message": error.message}})
-    return json.dumps({"match": None if match is None else match.to_dict(), "prefix": prefix})
+    return json.dumps({"match": None if match is None else match.to_dict(), "prefix": prefix, "could_change": changes})
 
 def vx_lexicon(lang):
     try:
@@ -228,7 +229,8 @@ function recognizeOne(py, msg) {
   const begun = performance.now();
   const answer = JSON.parse(py.recognize(msg.text, msg.lang ?? 'en'));
   if (answer.error) return post({ type: 'error', id: msg.id, ...answer.error });
-  post({ type: 'result', id: msg.id, match: answer.match, prefix: answer.prefix, ms: performance.now() - begun });
+  post({ type: 'result', id: msg.id, match: answer.match, prefix: answer.prefix, couldChange: answer.could_change,
+    ms: performance.now() - begun });
 }
 
 function extend(py, msg) {

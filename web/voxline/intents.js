@@ -14,8 +14,11 @@ import { spawnWorker } from './workers.js';
  * @typedef {import('./intent-cache.js').IntentMatch} IntentMatch
  * @typedef {{intent: string, slots: Record<string, string|number|boolean>, text: string,
  *   spans: Record<string, [number, number]>, template: string, confirmation: string|null}} EngineMatch
- * @typedef {{match: EngineMatch|null, prefix: boolean, ms: number}} Recognition
- *   prefix: the text could still grow into a longer command (semantic endpointing waits)
+ * @typedef {{match: EngineMatch|null, prefix: boolean, couldChange: boolean, ms: number}} Recognition
+ *   prefix: the text could still grow into a longer command;
+ *   couldChange: a longer command that starts with the text would do something else (another intent or other slot
+ *   values: "stop" … "the timer", "turn on the lights" … "in the kitchen"), so semantic endpointing waits; false for
+ *   "pause" (… "the music" pauses all the same). For text that is no command, the same as `prefix`.
  * @typedef {{code: string, message: string}} EngineFailure
  */
 
@@ -26,11 +29,14 @@ export const EXTEND_TIMEOUT_MS = 30000;
 
 /**
  * Semantic endpointing: a recognition that may be dispatched before the end of the turn, because it is a
- * command and nothing longer could follow ("pause the music", not "turn the volume").
+ * command and nothing longer could make it another one ("pause", "pause the music"; not "turn the volume down",
+ * which may go on "to 30").
  * @param {Recognition|null} result
+ * @param {boolean} [byMeaning] false: complete only when no longer command extends the words at all (the design
+ *   before `completeByMeaning`: "pause" waited for a "the music" that would pause all the same)
  */
-export function isCompleteCommand(result) {
-  return Boolean(result?.match) && !result.prefix;
+export function isCompleteCommand(result, byMeaning = true) {
+  return Boolean(result?.match) && !(byMeaning ? result.couldChange : result.prefix);
 }
 
 /** A promise with its resolve and reject (Promise.withResolvers, which Node 20 lacks). */
@@ -124,7 +130,7 @@ export class IntentResolver {
   async recognize(text, lang = this.#lang) {
     if (!this.#ready) return null;
     const reply = await this.#request({ type: 'recognize', text, lang }, RECOGNIZE_TIMEOUT_MS);
-    return { match: reply.match, prefix: reply.prefix, ms: reply.ms };
+    return { match: reply.match, prefix: reply.prefix, couldChange: reply.couldChange, ms: reply.ms };
   }
 
   /**

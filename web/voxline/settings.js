@@ -29,10 +29,17 @@ export const DEFAULTS = Object.freeze({
    * sentence, and smart-turn calls most such pauses complete (it did for 64 % of those in recorded prompts of a
    * human speaker and 83 % of those between synthetic phrases, at 0.7: README, "Where a turn ends"). */
   turnCompleteMinSilenceSecs: 0.5,
-  /** Silence after which a complete command that nothing longer could extend acts (its decode, started at the
-   * pause, takes about as long): a pause between words or phrases is usually shorter, and the speaker who goes on
-   * after it is heard before anything acts. */
-  commandSilenceSecs: 0.35,
+  /** Silence after which a complete command acts: one that no longer command could change (see
+   * `completeByMeaning`). Its decode, started at the pause, takes longer than that here (~150 ms after the ~60 ms
+   * the detector needs to see the pause), so it is the decode that bounds the command, not this wait. What may
+   * still follow such a command does not change it ("pause the music" … "for a moment"); a speaker who goes on
+   * with another request is heard as the turn goes on (see voxline.js `#amend`). */
+  commandSilenceSecs: 0.15,
+  /** A command is complete when no longer command of the grammar would do something else: "pause" (… "the music"
+   * pauses all the same), "mute", "next" act after `commandSilenceSecs`; "stop" (… "the timer"), "turn on the
+   * lights" (… "in the kitchen") wait for `prefixCommandSilenceSecs` (voxline.intents.could_change). Off: the design
+   * before, complete only when no longer command starts with the same words at all. */
+  completeByMeaning: true,
   /** Silence after which a complete command that could still go on ("turn the volume down" … "to 30", "stop" …
    * "the timer") acts without waiting for the hangover: longer than the pauses people make inside a sentence
    * (150-500 ms), since what would extend the command is exactly what follows such a pause. */

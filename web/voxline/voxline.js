@@ -427,7 +427,7 @@ export class Voxline {
     if (cached) return this.#cachedCommand(text, confidence, cached, needComplete);
     const result = await this.intents.recognize(text).catch(() => null);
     if (!result?.match) return null;
-    return { text, confidence, match: result.match, source: 'local', complete: isCompleteCommand(result) };
+    return { text, confidence, match: result.match, source: 'local', complete: isCompleteCommand(result, this.settings.completeByMeaning) };
   }
 
   /**
@@ -440,7 +440,7 @@ export class Voxline {
     if (!needComplete) return command;
     if (entry.source_of_entry !== 'local') return { ...command, complete: true };
     const result = await this.intents.recognize(text).catch(() => null);
-    return { ...command, complete: isCompleteCommand(result) };
+    return { ...command, complete: isCompleteCommand(result, this.settings.completeByMeaning) };
   }
 
   /** Act on a local command (the grammar's matches are learned, so the same words come from the cache next). */

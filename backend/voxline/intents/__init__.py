@@ -21,7 +21,7 @@ from voxline.intents.grammar import (
     load_grammar,
 )
 from voxline.intents.normalize import normalize
-from voxline.intents.recognize import Match, MatchStats, is_prefix, recognize
+from voxline.intents.recognize import Match, MatchStats, could_change, is_prefix, recognize
 
 __all__ = [
     "Grammar",
@@ -32,6 +32,7 @@ __all__ = [
     "builtin_skill_paths",
     "compile_documents",
     "compile_yaml",
+    "could_change",
     "is_prefix",
     "load_grammar",
     "normalize",

@@ -1,4 +1,5 @@
-"""Matching an utterance against a grammar: `recognize` (which intent, which slots) and `is_prefix` (is more coming).
+"""Matching an utterance against a grammar: `recognize` (which intent, which slots), `is_prefix` (is more coming) and
+`could_change` (could more words change what it asks for).
 
 The rules, in the order they decide:
 
@@ -166,6 +167,67 @@ def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
         except _TooManySteps:
             return True
     return False
+
+
+def could_change(text: str, grammar: Grammar, lang: str = "en") -> bool:
+    """Whether more words could change what `text` asks for: whether some longer command of the grammar that
+    starts with `text` would mean something else than `recognize(text)` does (another intent, or other slot
+    values). For text that is no command, the same as `is_prefix`.
+
+    Semantic endpointing acts on this, not on `is_prefix`: "pause" goes on only as "pause the music", "mute" as
+    "mute the sound", which pause and mute all the same, so the command acts at once; "stop" may go on as "stop the
+    timer" (another intent), "turn on the lights" as "... in the kitchen" (another slot value) and "set the volume to
+    fifty" as "... five" (another value of the same slot), so those wait. A slot still ahead always counts as a
+    change (it adds a value); skip words ("please", "for a second") are not in the grammar's sentences, so a command
+    that only they could follow is complete. It errs towards true, as `is_prefix` does: ambiguity, a longer parse
+    with other slot values than the chosen one, or the step guard all say that more could change it.
+    """
+    match = recognize(text, grammar, lang)
+    if match is None:
+        return is_prefix(text, grammar, lang)
+    language = grammar.language(lang)
+    meaning = (match.intent, json.dumps(match.slots, sort_keys=True))
+    normalised = normalize(text)
+    tokens = normalised.split(" ") if normalised else []
+    for kept in _windows(tokens, language):
+        walk = _Walk(language, [tokens[i] for i in kept], MatchStats())
+        try:
+            if _changes(walk, language.trie.root, 0, (), meaning):
+                return True
+        except _TooManySteps:
+            return True
+    return False
+
+
+def _changes(walk: _Walk, node: TrieNode, position: int, fills: tuple[_Fill, ...], meaning: tuple[str, str]) -> bool:
+    """Whether some path from `node` consumes the rest of the tokens and then goes on to a command that means
+    something other than `meaning` (see `could_change`)."""
+    walk.step()
+    if position == len(walk.tokens):
+        slots = json.dumps({fill.name: fill.value for fill in fills}, sort_keys=True)
+        return any(_ahead_changes(walk, child, slots, meaning) for child in node.words.values()) or bool(node.slots)
+    child = node.words.get(walk.tokens[position])
+    if child is not None and _changes(walk, child, position + 1, fills, meaning):
+        return True
+    for slot, slot_child in node.slots.items():
+        slot_list = walk.grammar.lists[slot.list_name]
+        if slot_list.can_extend(walk.tokens, position):  # the slot's own words may go on: another value
+            return True
+        for end, value in slot_list.consume(walk.tokens, position):
+            if _changes(walk, slot_child, end, fills + (_Fill(slot.name, value, position, end),), meaning):
+                return True
+    return False
+
+
+def _ahead_changes(walk: _Walk, node: TrieNode, slots: str, meaning: tuple[str, str]) -> bool:
+    """Whether a template that goes on through `node` (reached by more literal words) means something other than
+    `meaning`: it ends there with another intent or slot values, or a slot is still ahead of it."""
+    walk.step()
+    if node.slots:
+        return True
+    if any((walk.grammar.templates[end.template].intent, slots) != meaning for end in node.ends):
+        return True
+    return any(_ahead_changes(walk, child, slots, meaning) for child in node.words.values())
 
 
 def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]]:

@@ -168,6 +168,7 @@ export interface VoxlineSettings {
   turnCompleteProb: number;
   turnCompleteMinSilenceSecs: number;
   commandSilenceSecs: number;
+  completeByMeaning: boolean;
   prefixCommandSilenceSecs: number;
   hangoverSecs: number;
   maxTurnSecs: number;
