@@ -152,3 +152,30 @@ def test_a_command_acted_on_at_a_pause_is_amended_by_what_the_speaker_adds(open_
         ("media.volume_set", {"level": 30}, {"intent": "media.volume_down", "slots": {}}),
     ], vx.timeline()
     assert intents[0]["early"] and len(vx.events("speech-end")) == 1, vx.timeline()
+
+
+@pytest.mark.parametrize(("parts", "expected"), [
+    # together no command: what was added is a request of its own, decided as any turn (here by the grammar)
+    (["skip this song", "and set a timer for ten minutes"], [("media.next", {}), ("timer.set", {"seconds": 600})]),
+    # together the same command: nothing more to do
+    (["pause", "the music"], [("media.pause", {})]),
+], ids=["a-request-of-its-own", "the-same-command"])
+def test_what_the_speaker_adds_after_a_command_acted_is_heard(open_voxline, tmp_path, parts, expected):
+    """A complete command acts at the pause; the speaker then goes on before the turn is over. What they added is
+    read on its own: with the command it is no command ("skip this song" … "and set a timer for ten minutes"), so
+    it is a request of its own and acts too; or it says the same ("pause" … "the music"), and nothing more acts.
+    Neither goes to the server. Settings as in the amendment test (a 1.5 s pause, hangover 2.5 s, smart-turn off),
+    so the outcome does not depend on the machine's speed."""
+    clips = [(text, hibari(text, seed=i)) for i, text in enumerate(parts)]
+    audio, placed = compose(clips, lead_s=ENGINE_START_S, gap_s=1.5, tail_s=4.0)
+    wav = write_wav(tmp_path / "went-on.wav", audio)
+    vx = open_voxline(wav, "&vx.hangoverSecs=2.5&vx.turnCompleteProb=2")
+    vx.wait_until_heard(len(audio) / RATE)
+    intents = vx.events("intent")
+    assert [(i["intent"], i["slots"]) for i in intents] == expected, vx.timeline()
+    assert all(i.get("amends") is None for i in intents), vx.timeline()
+    assert intents[0]["early"] and intents[0]["audio_t"] < placed[1].start_s, vx.timeline()
+    assert all(i["audio_t"] > placed[1].end_s for i in intents[1:]), vx.timeline()
+    assert len(vx.events("speech-end")) == 1, vx.timeline()
+    assert [e.get("outcome") for e in vx.events("turn") if e["state"] == "idle"] == ["local"], vx.timeline()
+    assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"

@@ -181,3 +181,16 @@ test('a complete answer that came during a blip ends the turn at the next silent
   assert.equal(ends[0].reason, 'smart-turn');
   assert.equal(ends[0].frame, frames(1.0) + frames(0.25) + 1, 'at the first silent frame after the blip');
 });
+
+test('a resume says where the speech that resumed the turn starts (with its pre-roll, inside the turn)', () => {
+  const { events } = run([...silence(0.5), ...speech(1.0), ...silence(0.4), ...speech(0.5), ...silence(1.0)]);
+  const start = events.find((e) => e.type === 'speech-start');
+  const resume = events.find((e) => e.type === 'resume');
+  assert.equal(resume.voicedAt, (frames(0.5) + frames(1.0) + frames(0.4)) * FRAME);
+  assert.equal(resume.start, resume.voicedAt - DEFAULTS.preRollSecs * RATE);
+  assert.ok(resume.start > start.voicedAt);
+  // a pause shorter than the pre-roll: the resumed speech starts no earlier than the turn
+  const short = run([...speech(0.2), ...silence(0.15), ...speech(0.5), ...silence(1.0)]).events;
+  const early = short.find((e) => e.type === 'resume');
+  assert.equal(early.start, Math.max(0, early.voicedAt - DEFAULTS.preRollSecs * RATE));
+});

@@ -324,3 +324,21 @@ test('the link drops while a finished turn is held: its kept audio is dropped, n
   assert.equal(ofType(effects, 'reply').filter((r) => r.final).length, 1);
   assert.equal(machine.held, null);
 });
+
+test('a command acted at a pause, then the speaker went on: what they added is decided as a turn', () => {
+  const wentOn = { type: 'speech-end', wentOn: true };
+  // nothing more to act on ("pause" … "the music"): the exchange still ended with the command
+  assert.deepEqual(phases(run('speech-start', 'command', wentOn, 'nothing').effects),
+    ['hearing', 'deciding', 'idle:local']);
+  // a command of its own ("skip this song" … "and set a timer for ten minutes"), or an amendment
+  assert.deepEqual(phases(run('speech-start', 'command', wentOn, 'command').effects),
+    ['hearing', 'deciding', 'idle:local']);
+  // a request for the server ("pause the music" … "and what's the weather"): answered as any question
+  const { effects, machine } = run('speech-start', 'command', wentOn, 'sending', sent(1), audio(1), done(1),
+    ended(1));
+  assert.deepEqual(phases(effects), ['hearing', 'deciding', 'server-pending', 'replying', 'idle:reply']);
+  assert.equal(machine.answering, false);
+  // the next utterance starts afresh: no command acted in it yet
+  assert.deepEqual(phases(run('speech-start', 'command', wentOn, 'nothing', 'speech-start', 'speech-end',
+    'nothing').effects), ['hearing', 'deciding', 'idle:local', 'hearing', 'deciding', 'idle:nothing']);
+});

@@ -20,7 +20,7 @@ export const RESUME_SECS = 0.096;
 /**
  * @typedef {{type: 'speech-start', start: number, voicedAt: number}
  *   | {type: 'pause', start: number, end: number, pauseId: number}
- *   | {type: 'resume', pauseId: number}
+ *   | {type: 'resume', pauseId: number, start: number, voicedAt: number}
  *   | {type: 'turn-check', start: number, end: number, pauseId: number}
  *   | {type: 'command-silence', kind: 'complete'|'prefix', pauseId: number, silence_s: number}
  *   | {type: 'speech-end', start: number, end: number, silence_s: number,
@@ -111,7 +111,8 @@ export class Endpointer {
     if (this.voiced && runSecs >= RESUME_SECS) {
       this.state = State.SPEECH;
       this.lastVoicedEnd = end;
-      return [{ type: 'resume', pauseId: this.pauseId }, ...this.#tooLong(end)];
+      const start = Math.max(this.turnStart, this.runStart - Math.round(this.s.preRollSecs * this.rate));
+      return [{ type: 'resume', pauseId: this.pauseId, start, voicedAt: this.runStart }, ...this.#tooLong(end)];
     }
     const silentSecs = (end - this.lastVoicedEnd) / this.rate;
     if (silentSecs >= this.s.hangoverSecs) return this.#endTurn('hangover', end);

@@ -7,7 +7,9 @@
 //    ▲ ▲                   │  ▲  │                 │  ├──nothing to act on, or no server ─────────► idle (nothing,
 //    │ │  a command acted  │  │  │                 │  │                                                unreachable)
 //    │ │  at a pause ◄─────┘  │  │                 │  └──sent to the server──► server-pending ──reply audio──► replying
-//    │ │  (idle at its end)   │  │                 │                               │                          │
+//    │ │  (idle at its end,   │  │                 │                               │                          │
+//    │ │  deciding when the   │  │                 │                               │                          │
+//    │ │  speaker went on)    │  │                 │                               │                          │
 //    │ │                      │  ├──────── speech-start, nothing audible: hold ───◄┤                          │
 //    │ │                      │  └──────── speech-start: barge-in (one transition) ◄┼──────────────────────────┤
 //    │ └─ reply.done, nothing (more) to play: idle (reply, interrupted) ◄──────────┘                          │
@@ -44,12 +46,14 @@ export const Outcome = Object.freeze({
 });
 
 /**
- * @typedef {{type: 'speech-start', t: number} | {type: 'speech-end', t: number}
+ * @typedef {{type: 'speech-start', t: number} | {type: 'speech-end', t: number, wentOn?: boolean}
  *   | {type: 'command', t: number} | {type: 'nothing', t: number} | {type: 'unreachable', t: number}
  *   | {type: 'sending', t: number} | {type: 'sent', t: number, turnId: number}
  *   | {type: 'reply-text', turnId: number, text: string} | {type: 'reply-audio', turnId: number}
  *   | {type: 'reply-done', turnId: number, text: string, interrupted: boolean}
  *   | {type: 'playback-ended', turnId: number} | {type: 'link-down'}} TurnInput
+ *   speech-end `wentOn`: a command acted at a pause and the speaker went on; what they added is decided as a turn
+ *   is (the turn still ends local when that is nothing, or amends the command).
  *   command: a local or cached command acted (at a pause, or once the turn was over); nothing: the turn's final
  *   transcript gave nothing to act on or send; sending: a server turn is about to go out (the previous one must be
  *   finished first); playback-ended: the reply's last sample played, or its playback was stopped.
@@ -110,11 +114,12 @@ export class TurnMachine {
       case 'speech-start': return this.#speechStart();
       case 'speech-end':
         if (this.phase !== Phase.HEARING) return [];
-        return this.acted ? this.#to(Phase.IDLE, Outcome.LOCAL) : this.#to(Phase.DECIDING);
+        return this.acted && !input.wentOn ? this.#to(Phase.IDLE, Outcome.LOCAL) : this.#to(Phase.DECIDING);
       case 'command': return this.#command();
       case 'nothing':
         if (this.phase !== Phase.DECIDING) return [];
-        return this.held ? this.#resume() : this.#to(Phase.IDLE, Outcome.NOTHING);
+        if (this.held) return this.#resume();
+        return this.#to(Phase.IDLE, this.acted ? Outcome.LOCAL : Outcome.NOTHING); // acted: before the speaker went on
       case 'unreachable':
         if (this.phase !== Phase.DECIDING) return [];
         return [...this.#bargeInOnHeld(), ...this.#to(Phase.IDLE, Outcome.UNREACHABLE)];

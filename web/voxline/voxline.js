@@ -265,13 +265,15 @@ export class Voxline {
     } else if (ev.type === 'pause') {
       // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
       const partial = turn.partial;
-      if (this.settings.promotePartials && partial && partial.end >= ev.end) {
+      // after a command acted, what the speaker added is read on its own (see #goneOn)
+      const from = turn.continuedAt ?? ev.start;
+      if (this.settings.promotePartials && partial && partial.end >= ev.end && turn.continuedAt === undefined) {
         turn.final = { end: ev.end, pauseId: ev.pauseId, id: partial.id, promoted: true, silent: new Set() };
         this.promotions.set(partial.id, turn);
         this.asrWorker.postMessage({ type: 'promote', id: partial.id });
       } else {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        const id = this.#decode(turn, ev.start, end, true);
+        const id = this.#decode(turn, from, end, true);
         turn.final = { end: ev.end, pauseId: ev.pauseId, id, silent: new Set() };
       }
     } else if (ev.type === 'command-silence') {
@@ -281,7 +283,11 @@ export class Voxline {
       const waiting = turn.final.waitingCommand;
       if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#act(turn, waiting, { early: true });
     } else if (ev.type === 'resume') {
-      if (turn.dispatched) turn.wentOn = true; // the speaker went on after a command acted: see #amend
+      if (turn.dispatched && turn.continuedAt === undefined) { // the speaker went on after a command acted: #goneOn
+        turn.wentOn = true;
+        turn.continuedAt = ev.start;
+        turn.continuedVoicedAt = ev.voicedAt;
+      }
       this.#cancelSpeculation(turn); // what was heard at the pause is not the whole turn
       if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
       if (turn.final?.promoted) turn.partial = null;
@@ -298,10 +304,10 @@ export class Voxline {
         lag_s: (msg.written - ev.end) / rate - ev.silence_s,
         turn_prob: this.lastTurnCheck?.prob, turn_check_ms: this.lastTurnCheck?.ms,
       });
-      this.#exchangeInput({ type: 'speech-end' });
+      this.#exchangeInput({ type: 'speech-end', wentOn: Boolean(turn.wentOn) });
       if (turn.final?.end !== ev.end) {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
+        turn.final = { end: ev.end, id: this.#decode(turn, turn.continuedAt ?? ev.start, end, true) };
         turn.result = null;
       } else if (turn.result) {
         this.#finish(turn);
@@ -371,7 +377,7 @@ export class Voxline {
       text: result.text, final: true, confidence: result.confidence,
       command: result.command && { text: result.command.text, confidence: result.command.confidence,
         margin: result.command.margin, constrained: result.command.constrained },
-      start_t: turn.voicedAt / rate, end_t: turn.end / rate,
+      start_t: (turn.continuedVoicedAt ?? turn.voicedAt) / rate, end_t: turn.end / rate,
       timings: { encode_ms: result.encodeMs, decode_ms: result.decodeMs, command_ms: result.command?.ms,
         total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard,
         // on the capture clock: when the page asked for this decode (the pause, or the end of the turn) and when
@@ -379,30 +385,38 @@ export class Voxline {
         requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
     const decided = !turn.dispatched ? this.#finalIntent(turn, result)
-      : turn.wentOn ? this.#amend(turn, result) : null;
+      : turn.wentOn ? this.#goneOn(turn, result) : null;
     // Only the server path confirms a speculation (#serverTurn): whatever else the turn became, it is cancelled.
     Promise.resolve(decided).finally(() => this.#cancelSpeculation(turn));
   }
 
   /**
-   * A command acted on at a pause, after which the speaker went on: when the whole turn is a local command that
-   * says something else ("turn the volume down" … "to thirty percent"), that acts too, as an intent with
-   * `amends` (the intent and slots it corrects), so the host ends where the user meant. Anything else the
-   * speaker added (a new question) is not acted on: the turn already had its answer.
+   * A command acted on at a pause, after which the speaker went on; `added` is the decode of what they added (from
+   * where they went on). When the command and the addition together read as another local command ("turn the
+   * volume down" … "to thirty percent"), that acts too, as an intent with `amends` (the intent and slots it
+   * corrects), so the host ends where the user meant. When together they say the same ("pause" … "the music",
+   * "… please"), nothing more is done. Anything else is a request of its own ("skip this song" … "and set a timer
+   * for ten minutes"; "… and what's the weather like"), decided as any turn is: the cache, the grammar, or the
+   * server (with the transcript alone: the turn's audio also holds the command that acted).
    */
-  async #amend(turn, decoded) {
-    const command = await this.#localCommand(decoded, this.settings.commandMinConfidence,
-      this.settings.localIntentMinConfidence, true);
+  async #goneOn(turn, added) {
     const acted = turn.acted;
-    if (!command?.complete || (command.match.intent === acted.intent && sameSlots(command.match.slots, acted.slots))) {
-      return;
+    const whole = { text: `${turn.actedText} ${added.text}`, confidence: added.confidence, command: null };
+    const together = await this.#localCommand(whole, this.settings.commandMinConfidence,
+      this.settings.localIntentMinConfidence);
+    if (together) {
+      if (together.match.intent === acted.intent && sameSlots(together.match.slots, acted.slots)) {
+        return this.#exchangeInput({ type: 'nothing' });
+      }
+      return this.#act(turn, together, { amends: acted });
     }
-    this.#act(turn, command, { amends: acted });
+    return this.#finalIntent(turn, added);
   }
 
   #dispatch(turn, source, text, confidence, intent, extra = {}) {
     turn.dispatched = true;
     turn.acted = { intent: intent.intent, slots: intent.slots ?? {} };
+    turn.actedText = text;
     this.events.emit(EVENTS.intent, {
       intent: intent.intent, slots: intent.slots ?? {}, source, text, confidence,
       confirmation: intent.confirmation ?? null, ...extra,
@@ -704,7 +718,9 @@ export class Voxline {
         return;
       }
       // The server re-recognises below its own gate (`welcome`); the audio goes with every turn it will use it for.
-      const wanted = this.link.wantsAudio(confidence, this.settings.localIntentMinConfidence);
+      // what the speaker added after a command acted goes without: the turn's audio holds that command too
+      const wanted = turn.continuedAt === undefined
+        && this.link.wantsAudio(confidence, this.settings.localIntentMinConfidence);
       const packets = wanted && this.opus ? await this.#turnAudio(turn) : null;
       const audio = packets && { ...packets, seconds: (packets.end - packets.start) / this.settings.sampleRate };
       // A speculation this turn does not confirm (another transcript, or another utterance's) ends before anything
