@@ -158,12 +158,12 @@ def test_a_command_acted_on_at_a_pause_is_amended_by_what_the_speaker_adds(open_
     # together no command: what was added is a request of its own, decided as any turn (here by the grammar)
     (["skip this song", "and set a timer for ten minutes"], [("media.next", {}), ("timer.set", {"seconds": 600})]),
     # together the same command: nothing more to do
-    (["pause", "the music"], [("media.pause", {})]),
+    (["go back", "one song"], [("media.previous", {})]),
 ], ids=["a-request-of-its-own", "the-same-command"])
 def test_what_the_speaker_adds_after_a_command_acted_is_heard(open_voxline, tmp_path, parts, expected):
     """A complete command acts at the pause; the speaker then goes on before the turn is over. What they added is
     read on its own: with the command it is no command ("skip this song" … "and set a timer for ten minutes"), so
-    it is a request of its own and acts too; or it says the same ("pause" … "the music"), and nothing more acts.
+    it is a request of its own and acts too; or it says the same ("go back" … "one song"), and nothing more acts.
     Neither goes to the server. Settings as in the amendment test (a 1.5 s pause, hangover 2.5 s, smart-turn off),
     so the outcome does not depend on the machine's speed."""
     clips = [(text, hibari(text, seed=i)) for i, text in enumerate(parts)]

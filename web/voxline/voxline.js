@@ -265,15 +265,13 @@ export class Voxline {
     } else if (ev.type === 'pause') {
       // Speculative: decode what was said so far now, so the transcript is ready when the turn is declared over.
       const partial = turn.partial;
-      // after a command acted, what the speaker added is read on its own (see #goneOn)
-      const from = turn.continuedAt ?? ev.start;
-      if (this.settings.promotePartials && partial && partial.end >= ev.end && turn.continuedAt === undefined) {
+      if (this.settings.promotePartials && partial && partial.end >= ev.end) {
         turn.final = { end: ev.end, pauseId: ev.pauseId, id: partial.id, promoted: true, silent: new Set() };
         this.promotions.set(partial.id, turn);
         this.asrWorker.postMessage({ type: 'promote', id: partial.id });
       } else {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        const id = this.#decode(turn, from, end, true);
+        const id = this.#decode(turn, ev.start, end, true);
         turn.final = { end: ev.end, pauseId: ev.pauseId, id, silent: new Set() };
       }
     } else if (ev.type === 'command-silence') {
@@ -307,7 +305,7 @@ export class Voxline {
       this.#exchangeInput({ type: 'speech-end', wentOn: Boolean(turn.wentOn) });
       if (turn.final?.end !== ev.end) {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
-        turn.final = { end: ev.end, id: this.#decode(turn, turn.continuedAt ?? ev.start, end, true) };
+        turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
         turn.result = null;
       } else if (turn.result) {
         this.#finish(turn);
@@ -377,46 +375,44 @@ export class Voxline {
       text: result.text, final: true, confidence: result.confidence,
       command: result.command && { text: result.command.text, confidence: result.command.confidence,
         margin: result.command.margin, constrained: result.command.constrained },
-      start_t: (turn.continuedVoicedAt ?? turn.voicedAt) / rate, end_t: turn.end / rate,
+      start_t: (turn.final.addition ? turn.continuedVoicedAt : turn.voicedAt) / rate, end_t: turn.end / rate,
       timings: { encode_ms: result.encodeMs, decode_ms: result.decodeMs, command_ms: result.command?.ms,
         total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard,
         // on the capture clock: when the page asked for this decode (the pause, or the end of the turn) and when
         // its answer came back
         requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
-    const decided = !turn.dispatched ? this.#finalIntent(turn, result)
+    const decided = !turn.dispatched || turn.final.addition ? this.#finalIntent(turn, result)
       : turn.wentOn ? this.#goneOn(turn, result) : null;
     // Only the server path confirms a speculation (#serverTurn): whatever else the turn became, it is cancelled.
     Promise.resolve(decided).finally(() => this.#cancelSpeculation(turn));
   }
 
   /**
-   * A command acted on at a pause, after which the speaker went on; `added` is the decode of what they added (from
-   * where they went on). When the command and the addition together read as another local command ("turn the
-   * volume down" … "to thirty percent"), that acts too, as an intent with `amends` (the intent and slots it
-   * corrects), so the host ends where the user meant. When together they say the same ("pause" … "the music",
-   * "… please"), nothing more is done. Anything else is a request of its own ("skip this song" … "and set a timer
-   * for ten minutes"; "… and what's the weather like"), decided as any turn is: the cache, the grammar, or the
-   * server (with the transcript alone: the turn's audio also holds the command that acted).
+   * A command acted on at a pause, after which the speaker went on; `decoded` is the whole turn. When it reads as
+   * another local command ("turn the volume down" … "to thirty percent"), that acts too, as an intent with
+   * `amends` (the intent and slots it corrects), so the host ends where the user meant; when it reads as the same
+   * one ("go back" … "one song", "… please"), nothing more is done. Anything else holds a request of its own ("skip
+   * this song" … "and set a timer for ten minutes"; "… and what's the weather like"): what the speaker added is
+   * decoded on its own (from where they went on) and decided as any turn is (#finish), by the cache, the grammar
+   * or the server (with the transcript alone: the turn's audio also holds the command that acted).
    */
-  async #goneOn(turn, added) {
+  async #goneOn(turn, decoded) {
     const acted = turn.acted;
-    const whole = { text: `${turn.actedText} ${added.text}`, confidence: added.confidence, command: null };
-    const together = await this.#localCommand(whole, this.settings.commandMinConfidence,
+    const whole = await this.#localCommand(decoded, this.settings.commandMinConfidence,
       this.settings.localIntentMinConfidence);
-    if (together) {
-      if (together.match.intent === acted.intent && sameSlots(together.match.slots, acted.slots)) {
-        return this.#exchangeInput({ type: 'nothing' });
-      }
-      return this.#act(turn, together, { amends: acted });
+    if (whole?.match.intent === acted.intent && sameSlots(whole.match.slots, acted.slots)) {
+      return this.#exchangeInput({ type: 'nothing' });
     }
-    return this.#finalIntent(turn, added);
+    if (whole) return this.#act(turn, whole, { amends: acted });
+    const end = Math.min(this.capture.ring.written, turn.end + FRAME);
+    turn.final = { end: turn.end, id: this.#decode(turn, turn.continuedAt, end, true), addition: true };
+    turn.result = null;
   }
 
   #dispatch(turn, source, text, confidence, intent, extra = {}) {
     turn.dispatched = true;
     turn.acted = { intent: intent.intent, slots: intent.slots ?? {} };
-    turn.actedText = text;
     this.events.emit(EVENTS.intent, {
       intent: intent.intent, slots: intent.slots ?? {}, source, text, confidence,
       confirmation: intent.confirmation ?? null, ...extra,
