@@ -60,7 +60,8 @@ test('smart-turn answering "complete" in a mid-sentence pause does not end the t
 test('the minimum silence is on the capture clock: an answer that comes late ends the turn at once', () => {
   const ep = new Endpointer(DEFAULTS);
   const probs = [...speech(1.0), ...silence(1.0)];
-  const lateAt = frames(1.0) + frames(DEFAULTS.turnCompleteMinSilenceSecs + 0.1);
+  // past the minimum silence, before the hangover
+  const lateAt = frames(1.0) + frames((DEFAULTS.turnCompleteMinSilenceSecs + DEFAULTS.hangoverSecs) / 2);
   let ended = null;
   probs.forEach((p, i) => {
     for (const ev of ep.push(p, (i + 1) * FRAME, FRAME)) if (ev.type === 'speech-end') ended ??= { ...ev, frame: i };

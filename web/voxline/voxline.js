@@ -11,8 +11,9 @@
 // Intents: a final transcript confident enough is looked up in the IndexedDB cache (synchronous, no network),
 // then in the Python grammar engine (Pyodide worker). Grammar-aware endpointing: the pause's decode that reads a
 // command acts without waiting for the turn to end (`pauseIntentMinConfidence`), once the silence is as long as
-// its kind waits for (`commandSilenceSecs`, `prefixCommandSilenceSecs`); a partial, heard while the user still
-// speaks, never acts.
+// its kind waits for (`commandSilenceSecs`, `prefixCommandSilenceSecs`: whether more words could change the
+// command); a partial, heard while the user still speaks, never acts. A speaker who goes on after a command acted
+// amends it, repeats it, or asks for something more, which is then decided as a turn of its own (#goneOn).
 // Anything else goes to the server, with the turn's Opus audio when the transcript is not confident; the spoken
 // reply streams back and plays as it arrives, and speech during playback stops it at once (barge-in) and tells the
 // server how much was heard. Speech before anything of the answer is audible holds it instead (turn.js): its audio
