@@ -29,8 +29,9 @@ const silence = (secs) => Array(frames(secs)).fill(0.02);
 test('a turn starts after the minimum speech length and ends after the hangover', () => {
   const { events } = run([...silence(0.5), ...speech(1.0), ...silence(1.0)]);
   // the pause's marks in the order of the silences they wait for (a command mark first when they are equal)
-  const marks = [['command-silence', DEFAULTS.commandSilenceSecs], ['command-silence', DEFAULTS.prefixCommandSilenceSecs],
-    ['turn-check', DEFAULTS.turnCheckSecs]].sort((a, b) => a[1] - b[1]).map(([type]) => type);
+  const marks = [['command-silence', DEFAULTS.commandSilenceSecs],
+    ['command-silence', DEFAULTS.prefixCommandSilenceSecs], ['turn-check', DEFAULTS.turnCheckSecs]]
+    .sort((a, b) => a[1] - b[1]).map(([type]) => type);
   assert.deepEqual(events.map((e) => e.type), ['speech-start', 'pause', ...marks, 'speech-end']);
   const [start, , , , , end] = events;
   assert.equal(start.voicedAt, frames(0.5) * FRAME);

@@ -46,7 +46,8 @@ class EngineError extends Error {
 // Answers JSON strings, so that no Python object (and no proxy to free) crosses into JavaScript.
 const GLUE = `
 import json
-from voxline.intents import Grammar, GrammarError, builtin_grammar, compile_documents, could_change, is_prefix, recognize
+from voxline.intents import (Grammar, GrammarError, builtin_grammar, compile_documents, could_change, is_prefix,
+                             recognize)
 from voxline.intents.lexicon import decoding_lexicon
 from voxline.intents.validate import intent_problem
 

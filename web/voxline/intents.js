@@ -16,9 +16,9 @@ import { spawnWorker } from './workers.js';
  *   spans: Record<string, [number, number]>, template: string, confirmation: string|null}} EngineMatch
  * @typedef {{match: EngineMatch|null, prefix: boolean, couldChange: boolean, ms: number}} Recognition
  *   prefix: the text could still grow into a longer command;
- *   couldChange: a longer command that starts with the text would do something else (another intent or other slot
- *   values: "stop" … "the timer", "turn on the lights" … "in the kitchen"), so semantic endpointing waits; false for
- *   "pause" (… "the music" pauses all the same). For text that is no command, the same as `prefix`.
+ *   couldChange: a longer command that starts with the text would do something else (another intent or other
+ *   slot values: "stop" … "the timer", "turn on the lights" … "in the kitchen"), so semantic endpointing waits;
+ *   false for "pause" (… "the music" pauses all the same). For text that is no command, the same as `prefix`.
  * @typedef {{code: string, message: string}} EngineFailure
  */
 

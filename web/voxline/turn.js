@@ -7,8 +7,8 @@
 //    ▲ ▲                   │  ▲  │                 │  ├──nothing to act on, or no server ─────────► idle (nothing,
 //    │ │  a command acted  │  │  │                 │  │                                                unreachable)
 //    │ │  at a pause ◄─────┘  │  │                 │  └──sent to the server──► server-pending ──reply audio──► replying
-//    │ │  (idle at its end,   │  │                 │                               │                          │
-//    │ │  deciding when the   │  │                 │                               │                          │
+//    │ │  (idle at its end;   │  │                 │                               │                          │
+//    │ │  deciding if the     │  │                 │                               │                          │
 //    │ │  speaker went on)    │  │                 │                               │                          │
 //    │ │                      │  ├──────── speech-start, nothing audible: hold ───◄┤                          │
 //    │ │                      │  └──────── speech-start: barge-in (one transition) ◄┼──────────────────────────┤

@@ -438,7 +438,8 @@ export class Voxline {
     if (cached) return this.#cachedCommand(text, confidence, cached, needComplete);
     const result = await this.intents.recognize(text).catch(() => null);
     if (!result?.match) return null;
-    return { text, confidence, match: result.match, source: 'local', complete: isCompleteCommand(result, this.settings.completeByMeaning) };
+    return { text, confidence, match: result.match, source: 'local',
+      complete: isCompleteCommand(result, this.settings.completeByMeaning) };
   }
 
   /**
