@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,17 +156,7 @@ def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
     answer true where no longer command exists (the page then waits for the normal end of turn), never false
     where one does. The empty text is a prefix of every command.
     """
-    language = grammar.language(lang)
-    normalised = normalize(text)
-    tokens = normalised.split(" ") if normalised else []
-    for kept in _windows(tokens, language):
-        walk = _Walk(language, [tokens[i] for i in kept], MatchStats())
-        try:
-            if _extends(walk, language.trie.root, 0):
-                return True
-        except _TooManySteps:
-            return True
-    return False
+    return _goes_on(text, grammar.language(lang), lambda walk, root: _extends(walk, root, 0))
 
 
 def could_change(text: str, grammar: Grammar, lang: str = "en") -> bool:
@@ -185,14 +175,19 @@ def could_change(text: str, grammar: Grammar, lang: str = "en") -> bool:
     match = recognize(text, grammar, lang)
     if match is None:
         return is_prefix(text, grammar, lang)
-    language = grammar.language(lang)
     meaning = (match.intent, json.dumps(match.slots, sort_keys=True))
+    return _goes_on(text, grammar.language(lang), lambda walk, root: _changes(walk, root, 0, (), meaning))
+
+
+def _goes_on(text: str, language: LanguageGrammar, search: Callable[[_Walk, TrieNode], bool]) -> bool:
+    """Whether `search` finds a way on in some window of the normalised `text` (see `_windows`); the step guard
+    tripping counts as one (more may come: the safe side for endpointing)."""
     normalised = normalize(text)
     tokens = normalised.split(" ") if normalised else []
     for kept in _windows(tokens, language):
         walk = _Walk(language, [tokens[i] for i in kept], MatchStats())
         try:
-            if _changes(walk, language.trie.root, 0, (), meaning):
+            if search(walk, language.trie.root):
                 return True
         except _TooManySteps:
             return True
