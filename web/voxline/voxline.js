@@ -283,7 +283,6 @@ export class Voxline {
       if (waiting && !turn.dispatched && turn.final.silent.has(waiting.kind)) this.#act(turn, waiting, { early: true });
     } else if (ev.type === 'resume') {
       if (turn.dispatched && turn.continuedAt === undefined) { // the speaker went on after a command acted: #goneOn
-        turn.wentOn = true;
         turn.continuedAt = ev.start;
         turn.continuedVoicedAt = ev.voicedAt;
       }
@@ -303,7 +302,7 @@ export class Voxline {
         lag_s: (msg.written - ev.end) / rate - ev.silence_s,
         turn_prob: this.lastTurnCheck?.prob, turn_check_ms: this.lastTurnCheck?.ms,
       });
-      this.#exchangeInput({ type: 'speech-end', wentOn: Boolean(turn.wentOn) });
+      this.#exchangeInput({ type: 'speech-end', wentOn: turn.continuedAt !== undefined });
       if (turn.final?.end !== ev.end) {
         const end = Math.min(this.capture.ring.written, ev.end + FRAME);
         turn.final = { end: ev.end, id: this.#decode(turn, ev.start, end, true) };
@@ -384,7 +383,7 @@ export class Voxline {
         requested_t: result.requestedAt, answered_t: result.answeredAt },
     });
     const decided = !turn.dispatched || turn.final.addition ? this.#finalIntent(turn, result)
-      : turn.wentOn ? this.#goneOn(turn, result) : null;
+      : turn.continuedAt !== undefined ? this.#goneOn(turn, result) : null;
     // Only the server path confirms a speculation (#serverTurn): whatever else the turn became, it is cancelled.
     Promise.resolve(decided).finally(() => this.#cancelSpeculation(turn));
   }
