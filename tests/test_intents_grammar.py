@@ -125,9 +125,9 @@ def test_user_file_adds_an_intent_and_extends_builtin_ones(tmp_path):
 
 
 def test_user_file_can_replace_an_intent(tmp_path):
-    user = write(tmp_path, "mine.yaml", "language: en\nintents:\n  media.pause: {replace: true, sentences: [hush]}\n")
+    user = write(tmp_path, "mine.yaml", "language: en\nintents:\n  media.pause: {replace: true, sentences: [freeze frame]}\n")
     grammar = load_grammar([*builtin_skill_paths(), user])
-    assert recognize("hush", grammar).intent == "media.pause"
+    assert recognize("freeze frame", grammar).intent == "media.pause"
     assert recognize("pause the music", grammar) is None
 
 

@@ -174,8 +174,8 @@ NEGATIVES = [
     "",
     "   ",
     "🎵",
-    "turn it down turn it down",
-    "mute mute",
+    "turn down turn it",
+    "mute unmute",
 ]
 
 
@@ -190,6 +190,14 @@ def test_positive(grammar, text, intent, slots, span_text):
 
 def test_every_design_intent_has_a_positive_case(grammar):
     assert {intent for _, intent, _, _ in POSITIVES} == set(grammar.language("en").intents)
+
+
+@pytest.mark.parametrize("text, intent", [
+    ("turn it down turn it down", "media.volume_down"), ("mute mute", "media.mute"), ("stop stop stop", "assistant.stop"),
+    ("please skip it skip it", "media.next"),
+])
+def test_a_command_said_over_and_over_is_the_command_once(grammar, text, intent):
+    assert recognize(text, grammar).intent == intent
 
 
 @pytest.mark.parametrize("text", NEGATIVES)

@@ -57,7 +57,26 @@ def test_the_lexicon_has_the_layout_the_browser_reads(lexicon):
     assert lexicon["format"] == LEXICON_FORMAT
     assert lexicon["version"] == builtin_grammar().version
     assert 0 <= lexicon["start"] < len(lexicon["nodes"]) and 0 <= lexicon["tail"] < len(lexicon["nodes"])
-    assert len(json.dumps(lexicon)) < 1_000_000, "the graph travels to a worker on every page load"
+    assert len(json.dumps(lexicon)) < 200_000, "the graph travels to a worker on every page load"
+
+
+def test_nodes_with_the_same_future_are_stored_once_and_the_graph_reads_the_same(monkeypatch):
+    from voxline.intents import lexicon as module
+    from voxline.intents.expression import SlotRef
+
+    grammar = builtin_grammar()
+    merged = decoding_lexicon(grammar, "en")
+    monkeypatch.setattr(module, "_merged", lambda nodes, keep: (nodes, list(range(len(nodes)))))
+    whole = decoding_lexicon(grammar, "en")
+    assert len(merged["nodes"]) * 10 < len(whole["nodes"])
+    # Sentences of every template (slot-free expansions, every 7th), their prefixes and a few strays.
+    language = grammar.language("en")
+    expansions = [e for t in language.templates for e in t.expansions if not any(isinstance(x, SlotRef) for x in e)]
+    sentences = [" ".join(e) for e in expansions[::7]] + COMMANDS + NOT_COMMANDS
+    sentences += [" ".join(s.split()[:k]) for s in sentences[::3] for k in range(1, len(s.split()))]
+    sentences += [f"{s} please" for s in COMMANDS] + [f"okay {s}" for s in COMMANDS] + ["music off the", "the the"]
+    assert len(sentences) > 300
+    assert _walk(merged, sentences) == _walk(whole, sentences)
 
 
 def test_every_command_the_engine_matches_is_a_sentence_of_the_graph(lexicon):

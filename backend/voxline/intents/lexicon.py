@@ -135,8 +135,9 @@ class _Builder:
             self._path(skip_tail, phrase, skip_tail)
         root = self._visit(self.language.trie.root)
         self._link(start, root)
-        return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": start,
-                "root": root, "tail": skip_tail, "nodes": self.nodes}
+        nodes, index = _merged(self.nodes, keep=(start, root, skip_tail))
+        return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": index[start],
+                "root": index[root], "tail": index[skip_tail], "nodes": nodes}
 
     def _new(self, *, end: bool = False) -> int:
         self.nodes.append({"e": 1} if end else {})
@@ -204,6 +205,54 @@ class _Builder:
             self.nodes[trie[form]]["r"] = 1
         self.sub_graphs[slot.list_name] = entry
         return entry
+
+
+def _merged(nodes: list[dict[str, Any]], keep: tuple[int, ...]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The same graph with nodes whose futures are identical stored once, and where each old node went.
+
+    The template trie shares prefixes only; its many equal tails ("... the music", "... in the {area}") become one
+    node each, so the graph stays small as templates are added. Two nodes are merged when their flags and their
+    edges (word → targets, slot calls) are equal after their targets' merging, found bottom-up. The nodes in `keep`
+    (start, root, tail) stay as they are; every cycle of the graph (the skip-word loops) passes through them.
+    """
+    classes: dict[tuple, int] = {}  # a node's signature (its targets as classes) → its class
+    class_of: dict[int, int] = {}
+    for node in keep:
+        class_of[node] = classes.setdefault(("keep", node), len(classes))
+    on_path: set[int] = set()
+
+    def klass(node: int) -> int:
+        known = class_of.get(node)
+        if known is not None:
+            return known
+        if node in on_path:
+            raise ValueError(f"the word graph has a cycle through node {node} that does not pass {keep}")
+        on_path.add(node)
+        spec = nodes[node]
+        signature = (
+            tuple(repr(spec.get(flag)) for flag in ("e", "f", "r", "i")),
+            tuple((word, tuple(sorted({klass(t) for t in targets}))) for word, targets in sorted(spec.get("w", {}).items())),
+            tuple(sorted({(klass(entry), klass(back)) for entry, back in spec.get("c", [])})),
+        )
+        on_path.discard(node)
+        found = class_of[node] = classes.setdefault(signature, len(classes))
+        return found
+
+    first: dict[int, int] = {}  # class → the first node of it, in the old order
+    for node in range(len(nodes)):
+        first.setdefault(klass(node), node)
+    order = {k: position for position, k in enumerate(sorted(first, key=first.__getitem__))}
+    index = [order[class_of[node]] for node in range(len(nodes))]
+    merged = []
+    for k in sorted(first, key=first.__getitem__):
+        spec = nodes[first[k]]
+        copy = {flag: spec[flag] for flag in ("e", "f", "r", "i") if flag in spec}
+        if "w" in spec:
+            copy["w"] = {word: sorted({index[t] for t in targets}) for word, targets in spec["w"].items()}
+        if "c" in spec:
+            copy["c"] = [list(call) for call in sorted({(index[entry], index[back]) for entry, back in spec["c"]})]
+        merged.append(copy)
+    return merged, index
 
 
 def _forms(slot_list: SlotList, lang: str) -> list[tuple[str, ...]]:

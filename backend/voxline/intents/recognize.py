@@ -227,7 +227,8 @@ def _ahead_changes(walk: _Walk, node: TrieNode, slots: str, meaning: tuple[str, 
 
 def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]]:
     """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
-    edges; then, if different, the whole utterance; then, if different from both, the first without any filler."""
+    edges; then, if different, the whole utterance; then, if different from both, the first without any filler;
+    last, when what is left is one phrase said over and over, that phrase once."""
     low, high = 0, len(tokens)
     edge_words = language.skip_words + language.fillers
     trimmed = True
@@ -245,6 +246,19 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     unfilled = _without_fillers(tokens, first, language.fillers)
     if unfilled and len(unfilled) != len(first):
         yield unfilled
+    once = _said_once(tokens, unfilled or first)
+    if once is not None:
+        yield once
+
+
+def _said_once(tokens: list[str], kept: list[int]) -> list[int] | None:
+    """The first of `kept`'s words when they are one phrase said two or more times over ("louder louder", "skip
+    it skip it"), else ``None``. People repeat a command for emphasis; the repeat adds nothing to its meaning."""
+    words = [tokens[i] for i in kept]
+    for length in range(1, len(words) // 2 + 1):
+        if len(words) % length == 0 and words == words[:length] * (len(words) // length):
+            return kept[:length]
+    return None
 
 
 def _without_fillers(tokens: list[str], kept: list[int], fillers: tuple[tuple[str, ...], ...]) -> list[int]:

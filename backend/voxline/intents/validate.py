@@ -30,19 +30,22 @@ def intent_problem(grammar: Grammar, lang: str, intent: str, slots: Mapping[str,
     for name, value in slots.items():
         if name not in lists:
             return f"{intent} has no slot {name!r}"
-        problem = _value_problem(lists[name], value)
-        if problem:
-            return f"slot {name!r}: {problem}"
+        # A slot may be filled from more than one list ("{level}", "{level_word:level}"): any of them will do.
+        problems = [_value_problem(slot_list, value) for slot_list in lists[name]]
+        if all(problems):
+            return f"slot {name!r}: {problems[0]}"
     return None
 
 
-def _slot_lists(language: LanguageGrammar, intent: str) -> dict[str, SlotList]:
-    lists: dict[str, SlotList] = {}
+def _slot_lists(language: LanguageGrammar, intent: str) -> dict[str, list[SlotList]]:
+    lists: dict[str, list[SlotList]] = {}
     for template in language.intents[intent].templates:
         for expansion in template.expansions:
             for element in expansion:
                 if isinstance(element, SlotRef):
-                    lists[element.name] = language.lists[element.list_name]
+                    found = lists.setdefault(element.name, [])
+                    if language.lists[element.list_name] not in found:
+                        found.append(language.lists[element.list_name])
     return lists
 
 
