@@ -11,7 +11,7 @@ import zipfile
 
 import pytest
 
-from voxline.intents import builtin_grammar
+from voxline.intents import builtin_grammar, recognize
 from voxline.intents.wheel import build_wheel
 
 # Runs in a bare interpreter (-S: no site-packages, so neither PyYAML nor the editable voxline is importable).
@@ -104,3 +104,23 @@ def test_installed_wheel_recognises_without_yaml(wheel, tmp_path):
     assert report["match"]["intent"] == "media.volume_set" and report["match"]["slots"] == {"level": 30}
     assert report["zh"]["intent"] == "lights.on" and report["zh"]["slots"] == {"area": "kitchen"}
     assert report["prefix"] is True and report["none"] is None
+
+
+def test_a_server_with_its_own_skill_files_ships_their_grammar_to_the_page(tmp_path):
+
+    from voxline.config import Settings
+    from voxline.intents import builtin_skill_paths
+    from voxline.server.app import IntentsWheel
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("language: en\nintents:\n  home.coffee:\n    sentences: ['(make|brew) [me] [a] coffee']\n")
+    settings = Settings(skill_files=",".join(str(p) for p in [*builtin_skill_paths(), mine]))
+    grammar = settings.grammar()
+    assert recognize("brew me a coffee", grammar).intent == "home.coffee"
+    assert recognize("pause the music", grammar).intent == "media.pause"
+    built = IntentsWheel.build(settings)
+    assert built.grammar_version == grammar.version != IntentsWheel.build(Settings()).grammar_version
+    wheel_path = tmp_path / built.file_name
+    wheel_path.write_bytes(built.data)
+    compiled = json.loads(zipfile.ZipFile(wheel_path).read("voxline/intents/skills/builtin.json"))
+    assert "home.coffee" in compiled["languages"]["en"]["intents"]

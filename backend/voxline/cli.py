@@ -350,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_classify.add_argument("--min-command-prob", type=float, default=None,
                                 help="acceptance threshold (default: the calibrated one)")
     bench_classify.add_argument("--rows", action="store_true", help="also every utterance's verdict")
+    bench_classify.add_argument("--set", metavar="FILE",
+                                help="instead: an evaluation set's written text (voxline/bench/sets/README.md), the "
+                                     "grammar alone and, for each --llm given, the grammar then the classifier")
+    bench_classify.add_argument("--baseline-skills", metavar="A.yaml,B.yaml",
+                                help="with --set: also the grammar of these skill files, beside the built-in one")
+    bench_classify.add_argument("--errors", action="store_true", help="with --set: every wrong or missed answer")
     bench_classify.set_defaults(func=_cmd_bench)
     bench_readings = bench.add_parser(
         "readings", help="what the device acts on: grammar-aware decoding beside the free decode (node, wasm)")

@@ -137,6 +137,10 @@ class Settings:
     """`/healthz` with the version, the process id and every model's digests; off = only the status and each
     model's verified/loaded flags (what a load balancer needs), since anyone can read `/healthz`."""
     web_dir: Path = WEB_DIR
+    skill_files: str = ""
+    """Skill files (comma-separated YAML or JSON paths) that make the grammar instead of the built-in pack, for the
+    server and the page alike; empty = the built-in pack. To add intents on top of the built-in ones, list the
+    built-in files too (`voxline.intents.builtin_skill_paths()`)."""
     # Serving under load (see voxline/scheduler.py for what each number means).
     batching: bool = True
     """Dynamic batching with priority lanes (work-conserving: an idle model starts a request at once, what queues
@@ -225,6 +229,16 @@ class Settings:
         if not self.batching:
             return 1
         return self.llm_parallel_batches or max(1, (os.cpu_count() or 2) // self.llm_thread_count())
+
+    def grammar(self):
+        """The grammar this server recognises and ships to the page (`skill_files`, else the built-in pack)."""
+        from voxline.intents import builtin_grammar, load_grammar
+
+        paths = self.skill_paths()
+        return load_grammar(paths) if paths else builtin_grammar()
+
+    def skill_paths(self) -> list[Path]:
+        return [Path(part.strip()) for part in self.skill_files.split(",") if part.strip()]
 
     def server_models(self) -> list[str]:
         """The manifest models the server itself needs (the browser's are served too; see `browser_models`)."""

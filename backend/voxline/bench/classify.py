@@ -225,6 +225,57 @@ def sweep(rows: list[dict], thresholds: Sequence[float]) -> list[dict]:
     return out
 
 
+def set_figures(items: list, decisions: list[dict]) -> dict:
+    """Accuracy on an evaluation set (`voxline.bench.evalset`) of one configuration's decisions, each
+    ``{"got": [intent, slots] | None, "by": "grammar" | "classifier" | "none", "ms"}``, in the items' order."""
+    from voxline.bench.evalset import slots_match
+
+    counts: dict[str, int] = {}
+    by_source: dict[str, int] = {}
+    errors = []
+    for item, decision in zip(items, decisions, strict=True):
+        got = decision["got"]
+        counts[item.kind] = counts.get(item.kind, 0) + 1
+        if item.intent is None:
+            right = got is None
+        else:
+            right = got is not None and item.accepts(got[0]) and slots_match(item.slots, got[1])
+            by_source[decision["by"]] = by_source.get(decision["by"], 0) + 1
+        counts[f"{item.kind} right"] = counts.get(f"{item.kind} right", 0) + right
+        counts["acted wrongly"] = counts.get("acted wrongly", 0) + (got is not None and not right)
+        if not right:
+            errors.append(f"{item.kind}: {item.text!r} wanted {item.intent} {item.slots}, got {got} ({decision['by']})")
+    ms = [d["ms"] for d in decisions]
+
+    def share(kind: str) -> float:
+        return round(counts.get(f"{kind} right", 0) / max(1, counts.get(kind, 0)), 3)
+
+    return {"commands": counts.get("command", 0), "intent_slots_accuracy": share("command"),
+            "one_word": counts.get("one-word", 0), "one_word_accuracy": share("one-word"),
+            "out_of_domain": counts.get("ood", 0),
+            "false_accept_rate": round(1 - share("ood"), 3) if counts.get("ood") else 0.0,
+            "acted_wrongly": counts.get("acted wrongly", 0), "commands_by_source": by_source,
+            "ms_p50": round(percentile(ms, 0.5), 2), "ms_p95": round(percentile(ms, 0.95), 2), "errors": errors}
+
+
+def run_set(path, grammars: dict[str, Grammar], classifiers: dict[str, dict[str, object]]) -> dict:
+    """`--set FILE`: each grammar alone, and each grammar followed by each of its classifiers (`classifiers`:
+    grammar name → LLM name → classify; the server's decision), over the set's written text, item by item,
+    configurations alternating."""
+    from voxline.bench.evalset import load_set
+
+    items = load_set(path)
+    configs = {name: (grammar, None) for name, grammar in grammars.items()}
+    for grammar_name, by_llm in classifiers.items():
+        for name, classify in by_llm.items():
+            configs[f"{grammar_name}+{name}"] = (grammars[grammar_name], classify)
+    decisions: dict[str, list[dict]] = {name: [] for name in configs}
+    for item in items:
+        for name, (grammar, classify) in configs.items():
+            decisions[name].append(_decide(classify, grammar, item.text, classify is not None))
+    return {"set": str(path), **{name: set_figures(items, rows) for name, rows in decisions.items()}}
+
+
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     from voxline.llm import LLM
     from voxline.paths import model_dir
@@ -236,7 +287,12 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
         parser.add_argument("--threads", type=int, default=1)
         parser.add_argument("--min-command-prob", type=float, default=None)
         parser.add_argument("--rows", action="store_true")
+        parser.add_argument("--set", type=str, default=None)
+        parser.add_argument("--baseline-skills", default=None)
+        parser.add_argument("--errors", action="store_true")
         args = parser.parse_args(args)
+    if getattr(args, "set", None):
+        return _main_set(args)
     config = ClassifierConfig() if args.min_command_prob is None else ClassifierConfig(
         min_command_prob=args.min_command_prob)
     grammar = builtin_grammar()
@@ -256,3 +312,32 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
             result.pop("rows")
     print(json.dumps(report, indent=1, ensure_ascii=False))
     return 0
+
+
+def _main_set(args: argparse.Namespace) -> int:
+    from voxline.intents import load_grammar
+
+    grammars = {"grammar": builtin_grammar()}
+    if args.baseline_skills:
+        grammars["baseline-grammar"] = load_grammar(args.baseline_skills.split(","))
+    classifiers = {g: {name: _classifier(name, args, grammar) for name in args.llm or []}
+                   for g, grammar in grammars.items()}
+    report = run_set(args.set, grammars, classifiers)
+    for figures in report.values():
+        if isinstance(figures, dict) and not args.errors:
+            figures.pop("errors")
+    print(json.dumps(report, indent=1, ensure_ascii=False))
+    return 0
+
+
+def _classifier(name: str, args: argparse.Namespace, grammar: Grammar):
+    from voxline.llm import LLM
+    from voxline.paths import model_dir
+    from voxline.server.intent_classifier import NEIGHBOURS_MODEL, ClassifierConfig, LLMClassifier
+
+    config = ClassifierConfig() if args.min_command_prob is None else ClassifierConfig(
+        min_command_prob=args.min_command_prob)
+    classifier = LLMClassifier(LLM(model_dir(name), threads=args.threads), grammar, config)
+    classifier.build_neighbours(model_dir(NEIGHBOURS_MODEL))
+    classifier.warm_up()
+    return classifier.classify

@@ -33,11 +33,12 @@ _EXCLUDED_MODULES = frozenset({"wheel.py"})
 _STUB_INIT = '"""Voxline, browser build: only the intent engine (`voxline.intents`)."""\n\n__version__ = {version!r}\n'
 
 
-def build_wheel(out_dir: str | Path) -> Path:
-    """Build the engine wheel into `out_dir` (created if needed) and return its path."""
+def build_wheel(out_dir: str | Path, skill_paths: list[Path] | None = None) -> Path:
+    """Build the engine wheel into `out_dir` (created if needed) and return its path. The grammar it carries is
+    compiled from `skill_paths` (default: the built-in pack); the engine in Pyodide loads it as its built-in one."""
     version = voxline.__version__
     dist_info = f"{DISTRIBUTION.replace('-', '_')}-{version}.dist-info"
-    compiled = grammar.compile_yaml(grammar.builtin_skill_paths())
+    compiled = grammar.compile_yaml(skill_paths or grammar.builtin_skill_paths())
     files: dict[str, bytes] = {
         "voxline/__init__.py": _STUB_INIT.format(version=version).encode(),
         "voxline/errors.py": (Path(voxline.__file__).parent / "errors.py").read_bytes(),

@@ -337,7 +337,6 @@ def load_engines(settings: Settings, model_dir: Callable[[str], object] = paths.
     """`Engines.load` for `--engine ray`: connect to (or start) Ray, deploy or attach to the three applications,
     and return Engines whose models are stand-ins for them. `model_dir` is unused: replicas find their models in
     their own cache."""
-    from voxline.intents import builtin_grammar
     from voxline.server.engines import Engines
     from voxline.server.metrics import ServerMetrics
     from voxline.server.resolver import IntentResolver
@@ -358,7 +357,7 @@ def load_engines(settings: Settings, model_dir: Callable[[str], object] = paths.
         cluster.release()
         raise
     metrics = metrics or ServerMetrics()
-    grammar = builtin_grammar()
+    grammar = settings.grammar()
     scheduler = RayTurnScheduler(handles[LLM_APP], SchedulerConfig.from_settings(settings),
                                  on_overloaded=lambda: metrics.reject("overloaded"), on_close=cluster.release)
     return Engines(settings, grammar, IntentResolver(grammar), RemoteLLM(llm["name"]),

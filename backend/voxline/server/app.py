@@ -93,14 +93,13 @@ class IntentsWheel:
     grammar_version: str
 
     @classmethod
-    def build(cls) -> IntentsWheel:
-        from voxline.intents import builtin_grammar
+    def build(cls, settings: Settings) -> IntentsWheel:
         from voxline.intents.wheel import build_wheel
 
         with tempfile.TemporaryDirectory() as tmp:
-            path = build_wheel(tmp)
+            path = build_wheel(tmp, settings.skill_paths())
             data = path.read_bytes()
-        return cls(path.name, data, hashlib.sha256(data).hexdigest(), builtin_grammar().version)
+        return cls(path.name, data, hashlib.sha256(data).hexdigest(), settings.grammar().version)
 
     def manifest(self) -> dict:
         """The wheel and the Pyodide runtime the intents worker loads. The wheel's URL is its file name only (tests
@@ -241,7 +240,7 @@ def create_app(settings: Settings | None = None, manifest: Manifest | None = Non
         return await sender.respond(request, Asset(check.contents[artifact], digest, media_type),
                                     immutable=request.query_params.get("sha256") == digest)
 
-    intents_wheel = IntentsWheel.build()
+    intents_wheel = IntentsWheel.build(settings)
 
     intents_manifest_asset = Asset.of(json.dumps(intents_wheel.manifest()).encode(), "application/json")
 

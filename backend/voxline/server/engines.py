@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from voxline.config import Settings
-from voxline.intents import Grammar, builtin_grammar
+from voxline.intents import Grammar
 from voxline.llm import LLM
 from voxline.scheduler import Scheduler, SchedulerConfig, TurnScheduler
 from voxline.server.intent_classifier import classifier_for
@@ -68,7 +68,7 @@ class Engines:
              on_loaded: Callable[[str], None] = lambda name: None, *,
              metrics: ServerMetrics | None = None, telemetry: Telemetry | None = None) -> Engines:
         """Load the LLM and TTS now (warmed up), the server ASR lazily; `on_loaded(name)` after each model."""
-        grammar = builtin_grammar()
+        grammar = settings.grammar()
         llm = LLM(model_dir(settings.llm_model), threads=settings.llm_thread_count(),
                   parallel=settings.llm_parallel_count())
         llm.warm_up()
