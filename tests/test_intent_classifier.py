@@ -268,3 +268,25 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     for paraphrase in ["darken the kitchen", "freeze the music", "twenty five minutes on the clock for the pasta",
                        "i'd like the lights on in the bedroom", "what does mute mean"]:
         assert could_be_command(paraphrase, vocabulary), paraphrase
+
+
+@pytest.mark.parametrize("text, why", [
+    ("what does mute mean", "question"), ("how do timers work", "question"), ("why is the music so loud", "question"),
+    ("ask mum to turn off the kitchen lights", "someone_else"), ("tell dad to turn the music down", "someone_else"),
+    ("please don't mute yourself", "negated"), ("do not turn off the lights", "negated"),
+    ("pause for a bit would you", None), ("i don't want any more music", None), ("never mind the timer", None),
+    ("how late is it right now", None), ("tell me the time", None), ("can you stop the song for a little while", None),
+])
+def test_plain_questions_messages_and_negated_requests_are_not_asked(text, why):
+    from voxline.server.intent_classifier import not_a_request
+
+    assert not_a_request(text) == why
+
+
+def test_a_question_about_a_command_word_is_refused_before_the_model(classifier, monkeypatch):
+    def unasked(text):
+        raise AssertionError(f"the model was asked about {text!r}")
+
+    monkeypatch.setattr(classifier, "rewrite", unasked)
+    verdict = classifier.classify("what does mute mean")
+    assert verdict.match is None and verdict.reason == "question"

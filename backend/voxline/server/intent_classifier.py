@@ -203,6 +203,32 @@ def domain_vocabulary(grammar: Grammar, lang: str = COMMAND_LANG) -> frozenset[s
     return frozenset(words - FUNCTION_WORDS)
 
 
+NOT_A_REQUEST_OPENINGS = tuple(tuple(p.split()) for p in (
+    "why", "who", "whom", "whose", "when", "where", "how do", "how does", "how did", "how many", "how much",
+    "how can", "how come", "what does", "what do", "what is a", "what is an",
+    "whats a", "whats an", "what are", "what happens", "what would", "is it true", "ask", "tell him", "tell her",
+    "tell them", "tell dad", "tell mum", "tell mom", "remind",
+))
+"""English openings of an utterance that is not a request for this assistant to act: a question about something
+("what does mute mean", "how do timers work"), or a message for someone else ("ask mum to turn off the lights")."""
+NEGATED_OPENINGS = tuple(tuple(p.split()) for p in ("dont", "do not", "please dont", "please do not", "no dont"))
+"""A request negated at its start ("please don't mute yourself") must never act. "I don't want any more music" is
+a request all the same, so only the opening counts."""
+
+
+def not_a_request(utterance: str) -> str | None:
+    """Why `utterance` is plainly not a request to act (`question`, `someone_else`, `negated`), else ``None``: the
+    classifier is not asked then. English only; it errs towards asking (a request phrased oddly still reaches the
+    model), so it only spares out-of-domain lines the model would sometimes have rewritten into a command."""
+    tokens = normalize(utterance).split()
+    for opening in NOT_A_REQUEST_OPENINGS:
+        if tuple(tokens[: len(opening)]) == opening:
+            return "someone_else" if opening[0] in ("ask", "tell", "remind") else "question"
+    if any(tuple(tokens[: len(opening)]) == opening for opening in NEGATED_OPENINGS):
+        return "negated"
+    return None
+
+
 def could_be_command(utterance: str, vocabulary: frozenset[str]) -> bool:
     """Whether `utterance` shares a content word with the commands: necessary, not sufficient, for the classifier
     to be asked at all. It can only be too lenient (ask about "what does mute mean"), never too strict for a
@@ -311,6 +337,8 @@ class LLMClassifier:
             return Classification(None, NONE, 0.0, "too_long")
         if lang == COMMAND_LANG and not could_be_command(text, self._vocabulary):
             return Classification(None, NONE, 0.0, "off_domain", time.perf_counter() - started)
+        if lang == COMMAND_LANG and (why := not_a_request(text)) is not None:
+            return Classification(None, NONE, 0.0, why, time.perf_counter() - started)
         reply, prob = self.rewrite(text)
         match = parse_command(reply, self.grammar)
         command = normalize(reply.strip().splitlines()[0]) if reply.strip() else NONE
