@@ -105,3 +105,18 @@ def test_duration_forms_are_read_back_within_the_range():
     assert ("ten", "minutes") in forms and ("90", "seconds") in forms
     assert ("an", "hour") not in forms, "3600 s is outside 1..600"
     assert all(1 <= parse_duration(form, "en") <= 600 for form in forms)
+
+
+def test_the_prompt_commands_are_the_skill_authors_first_sentences(lexicon):
+    prompt = [" ".join(words) for words in lexicon["prompt"]]
+    grammar = builtin_grammar()
+    language = grammar.language("en")
+    # One of each intent's first template first (intents with a slot in every sentence have none), in skill order.
+    slot_free = [name for name, intent in language.intents.items()
+                 if any(all(isinstance(x, str) for x in e) for e in intent.templates[0].expansions)]
+    firsts = [recognize(text, grammar).intent for text in prompt[: len(slot_free)]]
+    assert firsts == slot_free
+    assert "stop the music" in prompt and "cancel the timer" in prompt and "stop music" not in prompt
+    assert len(set(prompt)) == len(prompt)
+    assert all(words[-1] not in ("the", "a", "an") for words in lexicon["prompt"])
+    assert all(recognize(text, grammar) is not None for text in prompt)

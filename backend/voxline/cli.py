@@ -368,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="also a copy of every clip with pink noise this many dB below speech")
     bench_readings.add_argument("--configs", action="append", metavar="A,B",
                                 help="configurations to decode beside `grammar` (default: all; grammar, anchored, "
-                                     "spelled, free)")
+                                     "graph-prompt, spelled, free)")
     bench_readings.add_argument("--fit", action="store_true",
                                 help="fit the command confidence (whisper.js COMMAND_CONFIDENCE_MODEL) instead")
     bench_readings.set_defaults(func=_cmd_bench)

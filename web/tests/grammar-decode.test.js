@@ -102,3 +102,9 @@ test('short commands for the decoder prompt: one per intent first, no skip words
   // "pause the music" (its first word is taken), never "volume to {level}" or "play ..." (a slot, free text).
   assert.deepEqual(sentences, ['halt', 'pause']);
 });
+
+test('the skill files\' own prompt commands come with the lexicon when it has them', () => {
+  assert.equal(new CommandGraph(LEXICON).prompt, null);
+  const prompt = [['stop'], ['pause', 'the', 'music']];
+  assert.deepEqual(new CommandGraph({ ...LEXICON, prompt }).prompt, prompt);
+});

@@ -34,6 +34,9 @@ export class CommandGraph {
     this.nodes = lexicon.nodes;
     this.tail = lexicon.tail;
     this.root = lexicon.root ?? lexicon.start;
+    /** Commands for a decoder prompt in the skill author's order (`voxline.intents.lexicon.prompt_commands`), as
+     * words; null when the lexicon has none. */
+    this.prompt = Array.isArray(lexicon.prompt) ? lexicon.prompt : null;
     /** Each node's words, sorted, for prefix checks by binary search. */
     this.sortedWords = this.nodes.map((n) => Object.keys(n.w ?? {}).sort());
     this.initial = { pairs: this.#closure([[lexicon.start, NO_RETURN]]), word: '' };

@@ -89,6 +89,10 @@ export const DEFAULTS = Object.freeze({
    * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */
   commandPromptMaxSecs: 3,
   commandPromptBelowConfidence: 0.7,
+  /** That prompt lists the skill files' own first sentences of each intent ("Stop. What time is it. Turn off the
+   * light. ..."); off: the word graph's shortest sentences, alphabetically (the design before), which grow odd as
+   * a skill pack grows ("Its dark", "Audio off"). */
+  commandPromptFromSkills: true,
   /** The command confidence is the calibrated probability that a reading is what was said (whisper.js,
    * `COMMAND_CONFIDENCE_MODEL`); off: the design before (spelled × exp(½ · margin), with its gate 0.35). */
   calibratedCommandConfidence: true,

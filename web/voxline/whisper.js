@@ -158,7 +158,8 @@ export class Whisper {
    */
   setGraph(graph, promptTokens = DEFAULT_PROMPT_TOKENS) {
     this.graph = graph;
-    this.commandPrompt = graph ? this.#commandPrompt(graph, promptTokens) : null;
+    this.commandPrompt = graph ? this.#commandPrompt(graph.shortCommands(), promptTokens) : null;
+    this.skillPrompt = graph?.prompt ? this.#commandPrompt(graph.prompt, promptTokens) : null;
   }
 
   /**
@@ -166,14 +167,14 @@ export class Whisper {
    * usual prompt: Whisper then expects that vocabulary. Only words that are one token each are used (the page has
    * no BPE encoder); the rest of the grammar still constrains the reading.
    */
-  #commandPrompt(graph, maxTokens) {
+  #commandPrompt(sentences, maxTokens) {
     const special = this.table.special;
     if (special.startofprev == null) return null;
     this.tokenIds ??= new Map(this.tokenizer.tokens.map((token, id) => [token, id]));
     const period = this.tokenIds.get('.');
     const wordId = (word, capital) => this.tokenIds.get('\u0120' + (capital ? word[0].toUpperCase() + word.slice(1) : word));
     const ids = [];
-    for (const sentence of graph.shortCommands()) {
+    for (const sentence of sentences) {
       const spelled = sentence.map((word, i) => wordId(word, i === 0) ?? (i === 0 ? wordId(word, false) : undefined));
       if (spelled.some((id) => id === undefined)) continue;
       if (ids.length + spelled.length + 1 > maxTokens) break;
@@ -245,8 +246,9 @@ export class Whisper {
     const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
     // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
     // commands, and keep that reading if it is confident.
-    if (isFinal() && !sure && short && this.commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
-      const prompted = await this.#read(this.commandPrompt, cross_k, cross_v, budget, settings, cancelled);
+    const commandPrompt = (settings.commandPromptFromSkills && this.skillPrompt) || this.commandPrompt;
+    if (isFinal() && !sure && short && commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
+      const prompted = await this.#read(commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
       this.#confide(prompted.command, free, settings);
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {

@@ -5,7 +5,8 @@ each clip once per configuration, alternating clip by clip (`--configs` picks so
 defaults: command readings from the grammar's word graph, a prompted second decode for short unsure utterances),
 `anchored` (the constrained search leaves the free transcript only where the grammar first refuses it,
 ``grammarBacktrack`` off), `spelled` (the command confidence before it was calibrated, with its gate) and `free`
-(``grammarDecode`` off: the free transcript and its word confidence alone). For each, the device's decision is
+(``grammarDecode`` off: the free transcript and its word confidence alone), `graph-prompt` (the short utterances'
+prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off). For each, the device's decision is
 scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else the free transcript
 at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to the server (no answer
 here).
@@ -47,7 +48,7 @@ VOICES = {
 # Page settings of each configuration decoded (see the module docstring).
 CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
-           "free": {"grammarDecode": False}}
+           "free": {"grammarDecode": False}, "graph-prompt": {"commandPromptFromSkills": False}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.85

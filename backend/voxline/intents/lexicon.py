@@ -18,6 +18,9 @@ each node a dict with any of
 - ``r``: 1 on a sub-graph node where a slot value is complete;
 - ``i``: on a node where commands end, their intent names (a decoder prompt shows one short command of each).
 
+``prompt`` (optional) lists commands, as words, for a decoder prompt in the skill author's order
+(`prompt_commands`); without it the page picks the graph's shortest sentences.
+
 Slot sub-graphs spell their values: a closed list its synonyms; a number its digits and English words; a
 duration the common spoken forms ("ten minutes", "an hour and a half", "90 seconds"), each one kept only if the
 engine's own parser reads it as a value within the slot's range. Skip words loop at both edges of a sentence.
@@ -49,6 +52,10 @@ MAX_LISTED_NUMBERS = 2000
 DURATION_AMOUNTS = tuple(range(1, 121))
 """Amounts in front of a duration unit ("ninety seconds", "45 minutes", "2 hours")."""
 DURATION_UNITS = (("second", 1), ("minute", 60), ("hour", 3600))
+PROMPT_ROUNDS = 4
+ARTICLES = frozenset({"the", "a", "an"})
+"""Templates per intent that give a sentence to the decoder prompt (`prompt_commands`); the page keeps as many of
+them as fit its prompt's tokens."""
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()
@@ -137,7 +144,8 @@ class _Builder:
         self._link(start, root)
         nodes, index = _merged(self.nodes, keep=(start, root, skip_tail))
         return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": index[start],
-                "root": index[root], "tail": index[skip_tail], "nodes": nodes}
+                "root": index[root], "tail": index[skip_tail], "nodes": nodes,
+                "prompt": prompt_commands(self.language)}
 
     def _new(self, *, end: bool = False) -> int:
         self.nodes.append({"e": 1} if end else {})
@@ -205,6 +213,25 @@ class _Builder:
             self.nodes[trie[form]]["r"] = 1
         self.sub_graphs[slot.list_name] = entry
         return entry
+
+
+def prompt_commands(language: LanguageGrammar, rounds: int = PROMPT_ROUNDS) -> list[list[str]]:
+    """Commands to prompt a decoder with, in the skill author's order: first the shortest slot-free sentence (with
+    its articles: "stop the music", not "stop music") of each intent's first template (templates are written canonical first: "play", "pause", "stop the music"), then of
+    each intent's second template, and so on for `rounds` rounds; no sentence twice."""
+    def plain(expansion: tuple) -> tuple[int, bool, int]:  # shortest; an article counts for nothing, is preferred,
+        articles = sum(word in ARTICLES for word in expansion)  # but never the last word
+        return len(expansion) - articles, expansion[-1] in ARTICLES, -articles
+
+    per_intent = [[min((e for e in t.expansions if all(isinstance(x, str) for x in e)), key=plain, default=None)
+                   for t in intent.templates] for intent in language.intents.values()]
+    out: list[list[str]] = []
+    for round_ in range(rounds):
+        for sentences in per_intent:
+            sentence = sentences[round_] if round_ < len(sentences) else None
+            if sentence and list(sentence) not in out:
+                out.append(list(sentence))
+    return out
 
 
 def _merged(nodes: list[dict[str, Any]], keep: tuple[int, ...]) -> tuple[list[dict[str, Any]], list[int]]:

@@ -187,6 +187,7 @@ export interface VoxlineSettings {
   grammarBacktrack: boolean;
   commandPromptMaxSecs: number;
   commandPromptBelowConfidence: number;
+  commandPromptFromSkills: boolean;
   calibratedCommandConfidence: boolean;
   commandMinConfidence: number;
   pauseIntentMinConfidence: number;
