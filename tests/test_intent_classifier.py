@@ -274,6 +274,8 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("what does mute mean", "question"), ("how do timers work", "question"), ("why is the music so loud", "question"),
     ("ask mum to turn off the kitchen lights", "someone_else"), ("tell dad to turn the music down", "someone_else"),
     ("please don't mute yourself", "negated"), ("do not turn off the lights", "negated"),
+    ("turn off my alarm", "something_else"), ("mute the tv", "something_else"),
+    ("i need a reminder in five minutes for the eggs set a timer", None),
     ("pause for a bit would you", None), ("i don't want any more music", None), ("never mind the timer", None),
     ("how late is it right now", None), ("tell me the time", None), ("can you stop the song for a little while", None),
 ])

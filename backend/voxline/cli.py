@@ -369,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_readings.add_argument("--configs", action="append", metavar="A,B",
                                 help="configurations to decode beside `grammar` (default: all; grammar, anchored, "
                                      "graph-prompt, spelled, free)")
+    bench_readings.add_argument("--baseline-skills", metavar="A.yaml,B.yaml",
+                                help="also decode and decide with the grammar of these skill files (baseline-grammar)")
     bench_readings.add_argument("--fit", action="store_true",
                                 help="fit the command confidence (whisper.js COMMAND_CONFIDENCE_MODEL) instead")
     bench_readings.set_defaults(func=_cmd_bench)

@@ -206,9 +206,11 @@ def decode(clip_paths: list[str], configs: dict[str, dict], grammar) -> dict[str
 
 
 def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False,
-        config_names: list[str] | None = None) -> dict:
+        config_names: list[str] | None = None, baseline_grammar=None) -> dict:
     """Decode the set (each voice, clean and noisy) once per configuration (`config_names`: some of `CONFIGS`,
-    default all; the current defaults, `grammar`, always) and score the device's decisions, or fit (`fit`)."""
+    default all; the current defaults, `grammar`, always) and score the device's decisions, or fit (`fit`).
+    `baseline_grammar`: also decode every clip with that grammar's word graph and decide with it
+    (`baseline-grammar`, the page's defaults); the expected intents still come from the current grammar."""
     from voxline.intents import builtin_grammar
 
     started = time.monotonic()
@@ -229,13 +231,16 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
         names = ["grammar"] if fit else ["grammar", *(n for n in config_names or CONFIGS if n != "grammar")]
         configs = {name: CONFIGS[name] for name in names}
         results = decode([i["path"] for i in items], configs, grammar)
+        if baseline_grammar is not None and not fit:
+            results |= decode([i["path"] for i in items], {"baseline-grammar": {}}, baseline_grammar)
     report = {"benchmark": "readings", "set": str(set_path), "voices": voices, "noise_snr_db": noise_snr_db,
               "speech": "synthetic (espeak-ng, hibari): a proxy for real voices", "utterances": len(items)}
     if fit:
         return report | {"fit": fit_report(items, results["grammar"], grammar),
                          "wall_s": round(time.monotonic() - started, 1)}
     for name, rows in results.items():
-        report[name] = score(items, rows, grammar, CONFIGS[name].get("commandMinConfidence", COMMAND_MIN_CONFIDENCE))
+        report[name] = score(items, rows, baseline_grammar if name == "baseline-grammar" else grammar,
+                             CONFIGS.get(name, {}).get("commandMinConfidence", COMMAND_MIN_CONFIDENCE))
     for name in (n for n in results if n != "grammar"):
         report[f"accuracy_ratio_vs_{name}"] = round(report["grammar"]["accuracy"] / max(1e-9, report[name]["accuracy"]),
                                                     2)
@@ -253,11 +258,16 @@ def main(args) -> int:
     unknown = [n for n in names or [] if n not in CONFIGS]
     if unknown:
         raise SystemExit(f"unknown configuration(s) {', '.join(unknown)}: choose from {', '.join(CONFIGS)}")
-    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit, names)
+    baseline = None
+    if getattr(args, "baseline_skills", None):
+        from voxline.intents import load_grammar
+
+        baseline = load_grammar(args.baseline_skills.split(","))
+    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit, names, baseline)
     if args.fit:
         print(json.dumps(report, indent=1))
         return 0
-    errors = {name: report[name].pop("errors") for name in CONFIGS if name in report}
+    errors = {name: report[name].pop("errors") for name in [*CONFIGS, "baseline-grammar"] if name in report}
     print(json.dumps(report, indent=1))
     if args.errors:
         for name, rows in errors.items():

@@ -216,8 +216,21 @@ NEGATED_OPENINGS = tuple(tuple(p.split()) for p in ("dont", "do not", "please do
 a request all the same, so only the opening counts."""
 
 
+OTHER_THINGS = frozenset(
+    "alarm alarms tv television telly oven stove hob dishwasher blinds curtains heating heater thermostat fan "
+    "kettle door doors lock car reminder reminders calendar shopping weather phone fridge microwave vacuum "
+    "hoover".split())
+"""English nouns of what this assistant cannot act on (other devices and skills): "turn off my alarm" and "mute
+the tv" are requests, but not for these intents, however the model rewrites them."""
+OWN_THINGS = frozenset(
+    "timer countdown music song songs track tracks tune light lights lamp lamps volume sound radio podcast speaker "
+    "playlist album time".split())
+"""What these intents act on: an utterance that names one of them too ("I need a reminder, set a timer") is asked."""
+
+
 def not_a_request(utterance: str) -> str | None:
-    """Why `utterance` is plainly not a request to act (`question`, `someone_else`, `negated`), else ``None``: the
+    """Why `utterance` is plainly not a request to act (`question`, `someone_else`, `negated`, `something_else`: it
+    names a device or skill this assistant has not), else ``None``: the
     classifier is not asked then. English only; it errs towards asking (a request phrased oddly still reaches the
     model), so it only spares out-of-domain lines the model would sometimes have rewritten into a command."""
     tokens = normalize(utterance).split()
@@ -226,6 +239,8 @@ def not_a_request(utterance: str) -> str | None:
             return "someone_else" if opening[0] in ("ask", "tell", "remind") else "question"
     if any(tuple(tokens[: len(opening)]) == opening for opening in NEGATED_OPENINGS):
         return "negated"
+    if any(token in OTHER_THINGS for token in tokens) and not any(token in OWN_THINGS for token in tokens):
+        return "something_else"
     return None
 
 
