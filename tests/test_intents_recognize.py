@@ -471,3 +471,25 @@ def test_prefix_and_match_together_decide_early_dispatch(grammar):
     assert recognize("pause the music", grammar) and not is_prefix("pause the music", grammar)
     assert recognize("turn the volume down", grammar) and is_prefix("turn the volume down", grammar)
     assert recognize("turn the volume", grammar) is None and is_prefix("turn the volume", grammar)
+
+
+@pytest.mark.parametrize("text, intent", [
+    ("and pause", None), ("and mute the sound", None), ("okay and pause", None),  # Whisper's "unpause", "unmute"
+    ("unpause", "media.resume"), ("un mute", "media.unmute"),
+    ("and set a timer for ten minutes", "timer.set"), ("and skip this song", "media.next"),
+])
+def test_a_skip_word_that_may_be_a_misheard_word_start_is_kept(grammar, text, intent):
+    match = recognize(text, grammar)
+    assert (match.intent if match else None) == intent
+
+
+def test_sound_alike_comes_from_the_skill_file(tmp_path):
+    from voxline.intents import load_grammar
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nskip_words: [and]\nsound_alike: {and: un}\n"
+                    "intents:\n  a.lock: {sentences: [lock]}\n  a.unlock: {sentences: [unlock]}\n")
+    grammar = load_grammar([path])
+    assert recognize("and lock", grammar) is None and recognize("and unlock", grammar).intent == "a.unlock"
+    path.write_text("language: en\nskip_words: [and]\nintents:\n  a.lock: {sentences: [lock]}\n")
+    assert recognize("and lock", load_grammar([path])).intent == "a.lock"

@@ -8,6 +8,8 @@ Source file format (one language per file; later files extend or override earlie
     language: en
     skip_words: [please, can you]        # dropped from both edges of an utterance before matching
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
+    sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
+                                         # "unmute"): not skipped where that start and the next word are a word
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -71,7 +73,7 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers"})
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike"})
 _INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
 
 
@@ -123,6 +125,9 @@ class LanguageGrammar:
         """Phrases dropped wherever they stand, longest first; see `recognize` for when."""
         if ("",) in self.fillers:
             raise GrammarError(f"{lang}: a filler normalises to nothing")
+        self.sound_alike: dict[tuple[str, ...], str] = {
+            tuple(normalize(phrase).split(" ")): normalize(start) for phrase, start in data.get("sound_alike", {}).items()}
+        """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -134,6 +139,10 @@ class LanguageGrammar:
         for position, template in enumerate(self.templates):
             for expansion_index, elements in enumerate(template.expansions):
                 self.trie.add(elements, TemplateEnd(position, expansion_index))
+        self.words: frozenset[str] = frozenset(
+            element for template in self.templates for expansion in template.expansions for element in expansion
+            if isinstance(element, str))
+        """Every literal word of the templates."""
 
     def _load_intent(self, name: str, spec: Mapping[str, Any], start: int) -> Intent:
         requires = frozenset(spec["requires"])
@@ -293,6 +302,8 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         target["rules"][str(name)] = _string(text, f"{where} rule {name}")
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
+    for phrase, start in _mapping(document.get("sound_alike"), f"{where} sound_alike").items():
+        target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
 
 
 def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
@@ -384,6 +395,8 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "rules": dict(_mapping(data.get("rules"), f"{lang} rules")),
             "skip_words": sorted(set(data.get("skip_words", []))),
             "fillers": sorted(set(data.get("fillers", []))),
+            **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
+               if data.get("sound_alike") else {}),
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

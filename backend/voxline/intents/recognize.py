@@ -235,7 +235,8 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     while trimmed:
         trimmed = False
         for phrase in edge_words:
-            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase:
+            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase \
+                    and not _may_be_a_word_start(tokens, low, phrase, language):
                 low, trimmed = low + len(phrase), True
             if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
                 high, trimmed = high - len(phrase), True
@@ -249,6 +250,15 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     once = _said_once(tokens, unfilled or first)
     if once is not None:
         yield once
+
+
+def _may_be_a_word_start(tokens: list[str], position: int, phrase: tuple[str, ...], language: LanguageGrammar) -> bool:
+    """Whether the skip word `phrase` at `position` may be a misheard start of the next word: "and mute" for
+    "unmute", "and pause" for "unpause" (the language's `sound_alike`). Skipping it would then act on the opposite
+    command, so it stays, and the utterance is no command."""
+    start = language.sound_alike.get(phrase)
+    after = position + len(phrase)
+    return start is not None and after < len(tokens) and start + tokens[after] in language.words
 
 
 def _said_once(tokens: list[str], kept: list[int]) -> list[int] | None:
