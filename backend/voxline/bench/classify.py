@@ -277,9 +277,7 @@ def run_set(path, grammars: dict[str, Grammar], classifiers: dict[str, dict[str,
 
 
 def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
-    from voxline.llm import LLM
-    from voxline.paths import model_dir
-    from voxline.server.intent_classifier import NEIGHBOURS_MODEL, ClassifierConfig, LLMClassifier
+    from voxline.server.intent_classifier import ClassifierConfig
 
     if not isinstance(args, argparse.Namespace):
         parser = argparse.ArgumentParser(prog="voxline bench classify", description=__doc__.splitlines()[0])
@@ -300,11 +298,7 @@ def main(args: argparse.Namespace | Sequence[str] | None = None) -> int:
     report: dict = {"machine": f"{os.cpu_count()} CPUs, LLM threads {args.threads}", "min_command_prob":
                     config.min_command_prob, "off": evaluate(None, grammar, use_classifier=False)}
     for name in names:
-        llm = LLM(model_dir(name), threads=args.threads)
-        classifier = LLMClassifier(llm, grammar, config)
-        classifier.build_neighbours(model_dir(NEIGHBOURS_MODEL))
-        classifier.classify("warm up")
-        report[name] = evaluate(classifier.classify, grammar, use_classifier=True)
+        report[name] = evaluate(_classifier(name, args, grammar), grammar, use_classifier=True)
         report[name]["without_neighbours"] = without_neighbours(report[name]["rows"])
         report[name]["threshold_sweep"] = sweep(report[name]["rows"], SWEEP_THRESHOLDS)
     for result in report.values():
@@ -339,5 +333,5 @@ def _classifier(name: str, args: argparse.Namespace, grammar: Grammar):
         min_command_prob=args.min_command_prob)
     classifier = LLMClassifier(LLM(model_dir(name), threads=args.threads), grammar, config)
     classifier.build_neighbours(model_dir(NEIGHBOURS_MODEL))
-    classifier.warm_up()
+    classifier.warm_up()  # the static prompt prefilled, as the server does at start
     return classifier.classify
