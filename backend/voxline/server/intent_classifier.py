@@ -207,7 +207,7 @@ NOT_A_REQUEST_OPENINGS = tuple(tuple(p.split()) for p in (
     "why", "who", "whom", "whose", "when", "where", "how do", "how does", "how did", "how many", "how much",
     "how can", "how come", "what does", "what do", "what is a", "what is an",
     "whats a", "whats an", "what are", "what happens", "what would", "is it true", "ask", "tell him", "tell her",
-    "tell them", "tell dad", "tell mum", "tell mom", "remind",
+    "tell them", "tell dad", "tell mum", "tell mom",
 ))
 """English openings of an utterance that is not a request for this assistant to act: a question about something
 ("what does mute mean", "how do timers work"), or a message for someone else ("ask mum to turn off the lights")."""
@@ -218,7 +218,7 @@ a request all the same, so only the opening counts."""
 
 OTHER_THINGS = frozenset(
     "alarm alarms tv television telly oven stove hob dishwasher blinds curtains heating heater thermostat fan "
-    "kettle door doors lock car reminder reminders calendar shopping weather phone fridge microwave vacuum "
+    "kettle door doors lock car remind reminder reminders calendar shopping weather phone fridge microwave vacuum "
     "hoover".split())
 """English nouns of what this assistant cannot act on (other devices and skills): "turn off my alarm" and "mute
 the tv" are requests, but not for these intents, however the model rewrites them."""
@@ -230,13 +230,13 @@ OWN_THINGS = frozenset(
 
 def not_a_request(utterance: str) -> str | None:
     """Why `utterance` is plainly not a request to act (`question`, `someone_else`, `negated`, `something_else`: it
-    names a device or skill this assistant has not), else ``None``: the
-    classifier is not asked then. English only; it errs towards asking (a request phrased oddly still reaches the
-    model), so it only spares out-of-domain lines the model would sometimes have rewritten into a command."""
+    names a device or skill this assistant has not), else ``None``: the classifier is not asked then. English
+    only; it errs towards asking (a request phrased oddly still reaches the model), so it only spares out-of-domain
+    lines the model would sometimes have rewritten into a command."""
     tokens = normalize(utterance).split()
     for opening in NOT_A_REQUEST_OPENINGS:
         if tuple(tokens[: len(opening)]) == opening:
-            return "someone_else" if opening[0] in ("ask", "tell", "remind") else "question"
+            return "someone_else" if opening[0] in ("ask", "tell") else "question"
     if any(tuple(tokens[: len(opening)]) == opening for opening in NEGATED_OPENINGS):
         return "negated"
     if any(token in OTHER_THINGS for token in tokens) and not any(token in OWN_THINGS for token in tokens):
