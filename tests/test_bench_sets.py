@@ -10,7 +10,8 @@ from voxline.intents import builtin_grammar
 from voxline.intents.validate import intent_problem
 from voxline.bench.evalset import DEFAULT_SET, SetFormatError, load_set
 
-COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"), DEFAULT_SET.with_name("dev-commands-en.jsonl")]
+COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
+                DEFAULT_SET.with_name("dev-commands-en.jsonl")]
 """The held-out sets of two authors and the development set (see sets/README.md)."""
 
 DEFAULT_INTENTS = {

@@ -126,7 +126,8 @@ class LanguageGrammar:
         if ("",) in self.fillers:
             raise GrammarError(f"{lang}: a filler normalises to nothing")
         self.sound_alike: dict[tuple[str, ...], str] = {
-            tuple(normalize(phrase).split(" ")): normalize(start) for phrase, start in data.get("sound_alike", {}).items()}
+            tuple(normalize(phrase).split(" ")): normalize(start)
+            for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []

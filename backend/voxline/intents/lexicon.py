@@ -53,9 +53,9 @@ DURATION_AMOUNTS = tuple(range(1, 121))
 """Amounts in front of a duration unit ("ninety seconds", "45 minutes", "2 hours")."""
 DURATION_UNITS = (("second", 1), ("minute", 60), ("hour", 3600))
 PROMPT_ROUNDS = 4
-ARTICLES = frozenset({"the", "a", "an"})
 """Templates per intent that give a sentence to the decoder prompt (`prompt_commands`); the page keeps as many of
 them as fit its prompt's tokens."""
+ARTICLES = frozenset({"the", "a", "an"})
 
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
          "seventeen eighteen nineteen").split()
@@ -217,8 +217,9 @@ class _Builder:
 
 def prompt_commands(language: LanguageGrammar, rounds: int = PROMPT_ROUNDS) -> list[list[str]]:
     """Commands to prompt a decoder with, in the skill author's order: first the shortest slot-free sentence (with
-    its articles: "stop the music", not "stop music") of each intent's first template (templates are written canonical first: "play", "pause", "stop the music"), then of
-    each intent's second template, and so on for `rounds` rounds; no sentence twice."""
+    its articles: "stop the music", not "stop music") of each intent's first template (templates are written
+    canonical first: "play", "pause", "stop the music"), then of each intent's second template, and so on for
+    `rounds` rounds; no sentence twice."""
     def plain(expansion: tuple) -> tuple[int, bool, int]:  # shortest; an article counts for nothing, is preferred,
         articles = sum(word in ARTICLES for word in expansion)  # but never the last word
         return len(expansion) - articles, expansion[-1] in ARTICLES, -articles
@@ -258,7 +259,8 @@ def _merged(nodes: list[dict[str, Any]], keep: tuple[int, ...]) -> tuple[list[di
         spec = nodes[node]
         signature = (
             tuple(repr(spec.get(flag)) for flag in ("e", "f", "r", "i")),
-            tuple((word, tuple(sorted({klass(t) for t in targets}))) for word, targets in sorted(spec.get("w", {}).items())),
+            tuple((word, tuple(sorted({klass(t) for t in targets})))
+                  for word, targets in sorted(spec.get("w", {}).items())),
             tuple(sorted({(klass(entry), klass(back)) for entry, back in spec.get("c", [])})),
         )
         on_path.discard(node)
