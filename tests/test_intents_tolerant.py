@@ -222,3 +222,70 @@ def test_skip_words_do_not_delay_endpointing(grammar):
     """A finished command followed by a skip word is not a prefix of something longer."""
     assert not is_prefix("what time is it now", grammar)
     assert not is_prefix("pause the music for a second", grammar)
+
+
+# --- asides: a command with a clause of its own beside it ----------------------------------------------------------
+# Written for this rule, before any set was read against it (the sets are scored by `voxline bench classify`).
+
+
+@pytest.mark.parametrize("text, intent", [
+    ("the baby's sleeping turn it down", "media.volume_down"),
+    ("i'm going to bed turn off the lights", "lights.off"),
+    ("okay the tea's done you can cancel the timer", "timer.cancel"),
+    ("honestly i love this song turn it up", "media.volume_up"),
+    ("the neighbours complained turn the music down", "media.volume_down"),
+    ("resume the song i'm back", "media.resume"),
+    ("mute it i'm on a call", "media.mute"),
+    ("lights off we're leaving", "lights.off"),
+    ("pause i need to take a call", "media.pause"),
+    ("it's dark in here turn the lights on", "lights.on"),  # the aside says the same: fine
+])
+def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, intent):
+    match = recognize(text, grammar)
+    assert match is not None and match.intent == intent, text
+    assert match.text == text.replace("'", "")  # spans index the whole utterance
+
+
+@pytest.mark.parametrize("text", [
+    "how do i turn off the lights",  # a question
+    "turn off the lights when i leave",  # a condition
+    "she said turn off the lights",  # someone else's words
+    "my brother keeps saying turn it off",
+    "hey google set a timer for five minutes",  # another assistant's
+    "in the kitchen turn on the lights",  # the aside names a slot: not every light
+    "every night at nine we turn off the lights",
+    "don't turn off the lights",  # cut inside "turn off the lights"
+    "dont ever turn off the lights",  # negated
+    "i would never turn off the lights",
+    "i turned off the lights already",  # what was done
+    "last night i set a timer for ten minutes",
+    "we need to pause the music",  # bound to the command
+    "i think we should turn off the lights",
+    "the song is called stop the music",
+    "i'll go next",  # one word after an aside
+    "pause the music and set a timer for ten minutes",  # two commands
+])
+def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
+    assert recognize(text, grammar) is None, text
+
+
+def test_two_different_commands_are_no_aside_and_command():
+    grammar = tiny({"m.pause": ["pause the music"], "l.on": ["it is dark"]})
+    asides = {"asides": {"after_starts": ["it"], "not_with": [], "not_before": []}}
+    two = Grammar.from_dict(compile_documents([{
+        "language": "en", "intents": {"m.pause": {"sentences": ["pause the music"]},
+                                      "l.on": {"sentences": ["it is dark"]}}, **asides}]))
+    assert recognize("pause the music it is dark", grammar) is None  # no asides in this grammar
+    assert recognize("pause the music it is late", two).intent == "m.pause"
+    assert recognize("pause the music it is dark", two) is None
+
+
+def test_asides_are_a_grammar_field_that_changes_the_version():
+    plain = {"language": "en", "intents": {"m.pause": {"sentences": ["pause the music"]}}}
+    with_asides = plain | {"asides": {"after_starts": ["i"]}}
+    assert Grammar.from_dict(compile_documents([plain])).version != \
+        Grammar.from_dict(compile_documents([with_asides])).version
+    merged = compile_documents([with_asides, {"language": "en", "asides": {"after_starts": ["we"]}}])
+    assert merged["languages"]["en"]["asides"]["after_starts"] == ["i", "we"]
+    with pytest.raises(Exception, match="unknown key"):
+        compile_documents([plain | {"asides": {"before": ["x"]}}])

@@ -363,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 help="one utterance a line (default: voxline/bench/sets/tuning-en.txt)")
     bench_readings.add_argument("--voices", action="append", metavar="A,B",
                                 help="espeak-gb, espeak-us-f3, espeak-us-fast, hibari, hibari-fast (default: all)")
+    bench_readings.add_argument("--limit", type=int, default=None, metavar="N",
+                                help="only N lines of the set, spread over it")
     bench_readings.add_argument("--errors", action="store_true", help="also print every wrong or missed answer")
     bench_readings.add_argument("--noise-snr-db", type=float, default=None, metavar="DB",
                                 help="also a copy of every clip with pink noise this many dB below speech")

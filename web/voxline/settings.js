@@ -96,6 +96,9 @@ export const DEFAULTS = Object.freeze({
   /** The command confidence is the calibrated probability that a reading is what was said (whisper.js,
    * `COMMAND_CONFIDENCE_MODEL`); off: the design before (spelled × exp(½ · margin), with its gate 0.35). */
   calibratedCommandConfidence: true,
+  /** Its coefficients (`{bias, spelled, margin, freeConfidence, wordRatio}`); null: whisper.js
+   * `COMMAND_CONFIDENCE_MODEL`. For benchmarks of one fit beside another (`voxline bench readings`). */
+  commandConfidenceModel: null,
   /** Command confidence (see whisper.js) from which the device acts on a command reading by itself. Chosen on the
    * tuning set's cross-validated sweep (`voxline bench readings --noise-snr-db 10 --fit`, 1130 clips): the lowest
    * gate whose out-of-domain accepts stay under 2 %; it acts on 80 % of commands (one-word 71 %) where the design
@@ -141,15 +144,17 @@ export function resolveSettings(overrides = {}) {
   return Object.freeze({ ...DEFAULTS, ...overrides });
 }
 
-/** Settings given in a page URL as `?vx.hangoverSecs=0.5&vx.fullWindow=1`. */
+/** Settings given in a page URL as `?vx.hangoverSecs=0.5&vx.fullWindow=1` (an object setting as JSON). */
 export function settingsFromQuery(search) {
   const params = new URLSearchParams(search);
-  /** @type {Record<string, number|boolean>} */
+  /** @type {Record<string, number|boolean|object>} */
   const out = {};
   for (const [key, raw] of params) {
     if (!key.startsWith('vx.')) continue;
     const name = key.slice(3);
-    out[name] = typeof DEFAULTS[name] === 'boolean' ? raw === '1' || raw === 'true' : Number(raw);
+    if (typeof DEFAULTS[name] === 'boolean') out[name] = raw === '1' || raw === 'true';
+    else if (DEFAULTS[name] === null) out[name] = JSON.parse(raw); // an object setting, written as JSON
+    else out[name] = Number(raw);
   }
   return out;
 }

@@ -421,7 +421,8 @@ export class Whisper {
     if (!reading) return;
     reading.features = { spelled: reading.spelled, margin: reading.margin, freeConfidence: free.confidence,
       readingWords: wordCount(reading.text), freeWords: wordCount(free.text, free.guard === 'repeat') };
-    reading.confidence = settings.calibratedCommandConfidence ? commandConfidence(reading.features)
+    reading.confidence = settings.calibratedCommandConfidence
+      ? commandConfidence(reading.features, settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL)
       : reading.spelled * Math.exp(0.5 * Math.min(0, reading.margin));
   }
 

@@ -6,7 +6,8 @@ defaults: command readings from the grammar's word graph, a prompted second deco
 `anchored` (the constrained search leaves the free transcript only where the grammar first refuses it,
 ``grammarBacktrack`` off), `spelled` (the command confidence before it was calibrated, with its gate) and `free`
 (``grammarDecode`` off: the free transcript and its word confidence alone), `graph-prompt` (the short utterances'
-prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off). For each, the device's decision is
+prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off), `confidence-before` (the command
+confidence's coefficients before the last fit, ``commandConfidenceModel``). For each, the device's decision is
 scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else the free transcript
 at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to the server (no answer
 here).
@@ -35,6 +36,7 @@ import numpy as np
 
 from voxline.bench import SETS
 from voxline.bench import audio as test_audio
+from voxline.bench.evalset import SetItem, limit_items, load_set, slots_match
 from voxline.bench.stats import summary
 
 NODE_SCRIPT = Path(__file__).with_name("node") / "readings.mjs"
@@ -48,7 +50,9 @@ VOICES = {
 # Page settings of each configuration decoded (see the module docstring).
 CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
-           "free": {"grammarDecode": False}, "graph-prompt": {"commandPromptFromSkills": False}}
+           "free": {"grammarDecode": False}, "graph-prompt": {"commandPromptFromSkills": False},
+           "confidence-before": {"commandConfidenceModel": {
+               "bias": 3.85, "spelled": 0.32, "margin": 0.44, "freeConfidence": 0.53, "wordRatio": 2.99}}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.85
@@ -85,6 +89,18 @@ def decide(row: dict, grammar, gate: float = COMMAND_MIN_CONFIDENCE) -> tuple[st
     return None
 
 
+def is_right(item: dict, got: tuple[str, str] | None) -> bool:
+    """Whether a decision is what the item asked for. A line of a `.jsonl` set (`item["labelled"]`, a `SetItem`) is
+    scored as `voxline bench intents --set` scores it (its `also_accept`, free text by its content words); a line of
+    a text set by the intent and slots the grammar gives its written words."""
+    labelled = item.get("labelled")
+    if labelled is None:
+        return got == item["truth"]
+    if got is None or labelled.intent is None:
+        return got is None and labelled.intent is None
+    return labelled.accepts(got[0]) and slots_match(labelled.slots, json.loads(got[1]))
+
+
 def score(items: list[dict], rows: list[dict], grammar, gate: float = COMMAND_MIN_CONFIDENCE) -> dict:
     """Accuracy, wrong actions and out-of-domain accepts of the device's decisions."""
     counts = {"commands": 0, "one_word": 0, "ood": 0, "correct": 0, "one_word_correct": 0, "wrong_action": 0,
@@ -92,17 +108,18 @@ def score(items: list[dict], rows: list[dict], grammar, gate: float = COMMAND_MI
     errors = []
     for item, row in zip(items, rows):
         truth, got = item["truth"], decide(row, grammar, gate)
+        right = is_right(item, got)
         if truth is None:
             counts["ood"] += 1
             counts["ood_accepted"] += got is not None
         else:
             counts["commands"] += 1
-            one_word = len(item["text"].split()) == 1
+            one_word = item.get("one_word", len(item["text"].split()) == 1)
             counts["one_word"] += one_word
-            counts["correct"] += got == truth
-            counts["one_word_correct"] += one_word and got == truth
-            counts["wrong_action"] += got is not None and got != truth
-        if got != truth:
+            counts["correct"] += right
+            counts["one_word_correct"] += one_word and right
+            counts["wrong_action"] += got is not None and not right
+        if not right:
             errors.append({"text": item["text"], "voice": item["voice"], "heard": row["text"],
                            "reading": (row.get("command") or {}).get("text"), "expected": truth, "got": got})
     n = max(1, counts["commands"])
@@ -145,8 +162,8 @@ def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
     """Coefficients over all clips with a reading; the gate sweep and reliability from cross-validated ones."""
     with_reading = [i for i, row in enumerate(rows) if row.get("command")]
     x = np.array([features(rows[i]["command"]) for i in with_reading])
-    y = np.array([float(_key(rows[i]["command"]["text"], grammar) == items[i]["truth"]
-                        and items[i]["truth"] is not None) for i in with_reading])
+    y = np.array([float(items[i]["truth"] is not None and is_right(items[i], _key(rows[i]["command"]["text"], grammar)))
+                  for i in with_reading])
     sentences = sorted({items[i]["text"] for i in with_reading})
     fold = {text: k % FIT_FOLDS for k, text in enumerate(sentences)}
     folds = np.array([fold[items[i]["text"]] for i in with_reading])
@@ -205,8 +222,25 @@ def decode(clip_paths: list[str], configs: dict[str, dict], grammar) -> dict[str
     return json.loads(done.stdout)
 
 
+def set_lines(set_path: Path, grammar, limit: int | None = None) -> list[tuple[str, SetItem | None]]:
+    """The set's utterances, each with its labels: a `.jsonl` evaluation set (`sets/README.md`) brings its own, a
+    text set (one utterance a line, `#` comments) none (the grammar labels it). `limit`: that many lines spread over
+    the file."""
+    if set_path.suffix == ".jsonl":
+        return [(item.text, item) for item in limit_items(load_set(set_path), limit)]
+    texts = [line.strip() for line in set_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    return [(text, None) for text in limit_items(texts, limit)]
+
+
+def _item(text: str, labelled: SetItem | None, grammar) -> dict:
+    if labelled is None:
+        return {"text": text, "truth": _key(text, grammar)}
+    truth = None if labelled.intent is None else (labelled.intent, json.dumps(labelled.slots, sort_keys=True))
+    return {"text": text, "truth": truth, "labelled": labelled, "one_word": labelled.kind == "one-word"}
+
+
 def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fit: bool = False,
-        config_names: list[str] | None = None, baseline_grammar=None) -> dict:
+        config_names: list[str] | None = None, baseline_grammar=None, limit: int | None = None) -> dict:
     """Decode the set (each voice, clean and noisy) once per configuration (`config_names`: some of `CONFIGS`,
     default all; the current defaults, `grammar`, always) and score the device's decisions, or fit (`fit`).
     `baseline_grammar`: also decode every clip with that grammar's word graph and decide with it
@@ -215,10 +249,10 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
 
     started = time.monotonic()
     grammar = builtin_grammar()
-    texts = [line.strip() for line in set_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    lines = set_lines(set_path, grammar, limit)
     with tempfile.TemporaryDirectory() as tmp:
         items = []
-        for i, text in enumerate(texts):
+        for i, (text, labelled) in enumerate(lines):
             for voice in voices:
                 clip = _clip(text, voice, seed=i)
                 copies = [("", clip)] if noise_snr_db is None else [
@@ -226,8 +260,7 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
                 for suffix, samples in copies:
                     clip_path = Path(tmp) / f"{i}-{voice}{suffix}.f32"
                     samples.astype(np.float32).tofile(clip_path)
-                    items.append({"text": text, "voice": voice + suffix, "path": str(clip_path),
-                                  "truth": _key(text, grammar)})
+                    items.append(_item(text, labelled, grammar) | {"voice": voice + suffix, "path": str(clip_path)})
         names = ["grammar"] if fit else ["grammar", *(n for n in config_names or CONFIGS if n != "grammar")]
         configs = {name: CONFIGS[name] for name in names}
         results = decode([i["path"] for i in items], configs, grammar)
@@ -263,7 +296,8 @@ def main(args) -> int:
         from voxline.intents import load_grammar
 
         baseline = load_grammar(args.baseline_skills.split(","))
-    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit, names, baseline)
+    report = run(args.set or SETS / "tuning-en.txt", voices, args.noise_snr_db, args.fit, names, baseline,
+                 args.limit)
     if args.fit:
         print(json.dumps(report, indent=1))
         return 0

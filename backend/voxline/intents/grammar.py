@@ -10,6 +10,10 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
+    asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
+      after_starts: [i, because]         # how one after the command starts
+      not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
+      not_before: [to, and]              # words that may not end one right before the command
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -32,8 +36,8 @@ Template syntax is in the `expression` module. Quote templates in YAML: it reads
 Merging, file by file in order: a new intent is added; an existing one gets the new sentences appended (all of
 them replaced with ``replace: true``), its ``confirm`` replaced when given and its ``requires`` extended. Two
 ``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
-``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words and fillers
-accumulate.
+``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words, fillers and the
+words of ``asides`` accumulate.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
@@ -60,9 +64,9 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 2
+ENGINE_REVISION = 3
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
-2: fillers (dropped anywhere, tried last)."""
+2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -73,7 +77,8 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike"})
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "asides"})
+_ASIDE_KEYS = ("after_starts", "not_with", "not_before")
 _INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
 
 
@@ -129,6 +134,11 @@ class LanguageGrammar:
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
+        asides = data.get("asides", {})
+        self.asides: dict[str, frozenset[tuple[str, ...]]] = {
+            key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in asides.get(key, []))
+            for key in _ASIDE_KEYS}
+        """What tells a clause beside a command from part of it (see `recognize`); empty: no asides."""
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -305,6 +315,12 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
     for phrase, start in _mapping(document.get("sound_alike"), f"{where} sound_alike").items():
         target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
+    asides = _mapping(document.get("asides"), f"{where} asides")
+    unknown = set(asides) - set(_ASIDE_KEYS)
+    if unknown:
+        raise GrammarError(f"{where} asides: unknown key(s) {sorted(unknown)}")
+    for key, phrases in asides.items():
+        target.setdefault("asides", {}).setdefault(key, []).extend(_strings(phrases, f"{where} asides {key}"))
 
 
 def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
@@ -398,6 +414,9 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "fillers": sorted(set(data.get("fillers", []))),
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
+            **({"asides": {key: sorted(set(_strings(phrases, f"{lang} asides {key}")))
+                           for key, phrases in sorted(_mapping(data["asides"], f"{lang} asides").items())}}
+               if data.get("asides") else {}),
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

@@ -10,7 +10,9 @@ The rules, in the order they decide:
    tried, so a user intent may still consist of skip words ("thank you"). The grammar's fillers ("uh", "just")
    are trimmed from the edges like skip words; inside the utterance they are dropped only when both windows
    above match nothing ("turn the, uh, volume down"): a sentence that matches with its inner words is never read
-   without them, and what is left once they are gone must still be one whole command.
+   without them, and what is left once they are gone must still be one whole command. Last, where the language
+   has `asides`, an utterance that is a command and a clause beside it ("the babys asleep, turn it down") is the
+   command (`_with_aside`: the clause must read as a clause of its own, not a question, a condition or a slot).
 2. Among the templates that match, the most specific wins: fewest tokens taken by free text (wildcards), then
    most tokens matched literally.
 3. Precision before recall: when the best candidates disagree (two intents, or one intent with different slot
@@ -133,18 +135,97 @@ def recognize(
     normalised = normalize(text)
     tokens = normalised.split(" ") if normalised else []
     stats = stats if stats is not None else MatchStats()
-    for kept in _windows(tokens, language):
-        walk = _Walk(language, [tokens[i] for i in kept], stats)
-        try:
+
+    def match(positions: list[int]) -> Match | None:
+        """The command the words at `positions` are, tried window by window (see `_windows`)."""
+        words = [tokens[i] for i in positions]
+        for window in _windows(words, language):
+            kept = [positions[i] for i in window]
+            walk = _Walk(language, [tokens[i] for i in kept], stats)
             if index:
                 _walk_trie(walk, language.trie.root, 0, (), 0, 0)
             else:
                 _scan_linear(walk)
-        except _TooManySteps:
-            return None
-        if walk.candidates:
-            return _choose(walk.candidates, language, normalised, tokens, kept)
-    return None
+            if walk.candidates:
+                return _choose(walk.candidates, language, normalised, tokens, kept)
+        return None
+
+    try:
+        return match(list(range(len(tokens)))) or _with_aside(tokens, language, match)
+    except _TooManySteps:
+        return None
+
+
+MIN_ASIDE_WORDS = 2
+"""An aside is a clause: at least this many words ("im back", "the babys sleeping")."""
+MIN_COMMAND_WORDS_AFTER_AN_ASIDE = 2
+"""A command after an aside has at least this many words: "ill go | next" is no command, "ugh | next" already is
+(a filler), "the babys asleep | turn it down" is."""
+MAX_ASIDE_UTTERANCE_WORDS = 24
+"""Longer utterances are not searched for a command beside an aside (the search tries every split)."""
+
+
+def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
+                ) -> Match | None:
+    """The command of an utterance that is a command and a clause beside it, its **aside**: "the babys sleeping |
+    turn it down", "resume the song | im back", "please stop this song | i hate it". Only tried when the whole
+    utterance is no command, and only where the language defines `asides` (its skill file). Every split of the
+    utterance into an aside and a command is tried, the shortest aside first; a split counts when
+
+    - the command part is a command (`match`, skip words and all), and it is no longer one with the aside's word
+      beside it ("dont turn | off the lights" cuts "turn off the lights");
+    - the aside has `MIN_ASIDE_WORDS` or more, none of the language's `not_with` words (questions, conditions,
+      someone else's words: "how do i | turn off the lights", "when i leave", "she said"), and no word a slot of
+      the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
+      light);
+    - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
+      by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
+      `after_starts` word (a new subject: "im", "the baby", "because"), so it cannot be the rest of the command.
+
+    Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
+    commands in one breath), nothing is returned."""
+    asides = language.asides
+    if not any(asides.values()) or len(tokens) > MAX_ASIDE_UTTERANCE_WORDS:
+        return None
+    found: list[Match] = []
+    for length in range(MIN_ASIDE_WORDS, len(tokens)):
+        before = (list(range(length)), list(range(length, len(tokens))))
+        after = (list(range(len(tokens) - length, len(tokens))), list(range(len(tokens) - length)))
+        for aside, command, first in (before + (True,), after + (False,)):
+            if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
+                continue
+            # a split that cuts a command's words ("dont turn | off the lights") is no aside and command
+            joined = [aside[-1], *command] if first else [*command, aside[0]]
+            if match(joined) is not None:
+                continue
+            got = match(command)
+            if got is not None:
+                found.append(got)
+                also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
+                if also is not None:
+                    found.append(also)
+    if not found or len({(m.intent, json.dumps(m.slots, sort_keys=True)) for m in found}) != 1:
+        return None
+    return found[0]
+
+
+def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, command_words: int) -> bool:
+    """Whether `words` may be a clause beside a command (see `_with_aside`); `first`: it comes before it."""
+    asides = language.asides
+    if len(words) < MIN_ASIDE_WORDS:
+        return False
+    if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE
+                  or any(tuple(words[len(words) - len(p):]) == p for p in asides["not_before"])):
+        return False
+    if not first and not any(tuple(words[:len(p)]) == p for p in asides["after_starts"]):
+        return False
+    for position in range(len(words)):
+        if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
+            return False
+        if any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
+               for slot_list in language.lists.values()):
+            return False
+    return True
 
 
 def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:

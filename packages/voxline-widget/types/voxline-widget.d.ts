@@ -189,6 +189,8 @@ export interface VoxlineSettings {
   commandPromptBelowConfidence: number;
   commandPromptFromSkills: boolean;
   calibratedCommandConfidence: boolean;
+  commandConfidenceModel: { bias: number; spelled: number; margin: number; freeConfidence: number;
+    wordRatio: number } | null;
   commandMinConfidence: number;
   pauseIntentMinConfidence: number;
   promotePartials: boolean;
