@@ -154,6 +154,15 @@ export declare const EVENTS: Readonly<{
 
 // ------------------------------------------------------------------------------------------------------ Voxline
 
+/** Coefficients of the command confidence (whisper.js `COMMAND_CONFIDENCE_MODEL`). */
+export interface CommandConfidenceModel {
+  bias: number;
+  spelled: number;
+  margin: number;
+  freeConfidence: number;
+  wordRatio: number;
+}
+
 /** The browser pipeline's named settings (web/voxline/settings.js, where each is explained); all optional. */
 export interface VoxlineSettings {
   sampleRate: number;
@@ -189,8 +198,7 @@ export interface VoxlineSettings {
   commandPromptBelowConfidence: number;
   commandPromptFromSkills: boolean;
   calibratedCommandConfidence: boolean;
-  commandConfidenceModel: { bias: number; spelled: number; margin: number; freeConfidence: number;
-    wordRatio: number } | null;
+  commandConfidenceModel: CommandConfidenceModel | null;
   commandMinConfidence: number;
   pauseIntentMinConfidence: number;
   promotePartials: boolean;
