@@ -82,3 +82,24 @@ def test_features_are_those_whisper_js_feeds_its_model():
     assert abs(page - ours) < 1e-9
     # fewer words than were heard: the reading covers part of a sentence, and counts for less
     assert page < readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 4, 4))]))[0]
+
+
+def test_a_labelled_set_is_scored_by_its_labels(tmp_path):
+    """A `.jsonl` line is right by its own intent, `also_accept` and slots (free text by its content words), not by
+    what the grammar reads of its written words."""
+    grammar = builtin_grammar()
+    path = tmp_path / "set.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in [
+        {"text": "halt", "intent": "media.stop", "slots": {}, "kind": "one-word", "also_accept": ["assistant.stop"]},
+        {"text": "put on some jazz", "intent": "media.play", "slots": {"query": "jazz"}, "kind": "command"},
+        {"text": "what is a timer", "intent": None, "slots": {}, "kind": "ood"},
+    ]) + "\n")
+    lines = readings.set_lines(path, grammar)
+    items = [readings._item(text, labelled, grammar) | {"voice": "v"} for text, labelled in lines]
+    rows = [_row("Stop.", 0.9), _row("Play jazz please.", 0.9), _row("What is a timer?", 0.9)]
+    report = readings.score(items, rows, grammar)
+    assert (report["commands"], report["correct"], report["one_word_correct"]) == (2, 2, 1)
+    assert (report["ood"], report["ood_accepted"]) == (1, 0)
+    rows[1] = _row("Play blues.", 0.9)
+    assert readings.score(items, rows, grammar)["wrong_action"] == 1
+    assert len(readings.set_lines(path, grammar, limit=2)) == 2
