@@ -271,7 +271,7 @@ def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
 
 def test_two_different_commands_are_no_aside_and_command():
     grammar = tiny({"m.pause": ["pause the music"], "l.on": ["it is dark"]})
-    asides = {"asides": {"after_starts": ["it"], "not_with": [], "not_before": []}}
+    asides = {"asides": {"after_starts": ["it"]}}
     two = Grammar.from_dict(compile_documents([{
         "language": "en", "intents": {"m.pause": {"sentences": ["pause the music"]},
                                       "l.on": {"sentences": ["it is dark"]}}, **asides}]))

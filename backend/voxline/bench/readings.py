@@ -8,17 +8,16 @@ defaults: command readings from the grammar's word graph, a prompted second deco
 (``grammarDecode`` off: the free transcript and its word confidence alone), `graph-prompt` (the short utterances'
 prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off), `confidence-dev-fit` (the command
 confidence refitted on 160 lines of the development set, ``commandConfidenceModel``: measured, not adopted; see the
-README). For each, the device's decision is
-scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else the free transcript
-at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to the server (no answer
-here).
+README). For each, the device's decision is scored the way the page makes it: a command reading at or above
+``commandMinConfidence``, else the free transcript at or above ``localIntentMinConfidence``, matched by the grammar
+engine; anything else goes to the server (no answer here).
 
 The default set is `sets/tuning-en.txt`, on which the confidence gate was chosen; the held-out set for the whole
 pipeline is `sets/commands-en.jsonl` (`voxline bench intents --set`). Expected intents come from the grammar
 engine on the written text (a line the grammar does not match is out of domain); a `.jsonl` evaluation set
 (`sets/README.md`, `--limit N` lines of it spread over the file) brings its own labels, scored as `voxline bench
-intents --set` scores them. Voices are synthetic (espeak-ng
-variants, hibari): a proxy for real speech. `--noise-snr-db` adds a copy of every clip with pink noise.
+intents --set` scores them. Voices are synthetic (espeak-ng variants, hibari): a proxy for real speech.
+`--noise-snr-db` adds a copy of every clip with pink noise.
 
 `--fit` fits the command confidence instead (whisper.js `COMMAND_CONFIDENCE_MODEL`): a logistic regression of
 "the reading is what was said" on the reading's features, over every clip that gave one, and prints its

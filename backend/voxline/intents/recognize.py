@@ -168,7 +168,7 @@ MAX_ASIDE_UTTERANCE_WORDS = 24
 def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
                 ) -> Match | None:
     """The command of an utterance that is a command and a clause beside it, its **aside**: "the babys sleeping |
-    turn it down", "resume the song | im back", "please stop this song | i hate it". Only tried when the whole
+    turn it down", "resume the song | im back", "mute it | im on a call". Only tried when the whole
     utterance is no command, and only where the language defines `asides` (its skill file). Every split of the
     utterance into an aside and a command is tried, the shortest aside first; a split counts when
 
@@ -180,7 +180,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       light);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
       by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
-      `after_starts` word (a new subject: "im", "the baby", "because"), so it cannot be the rest of the command.
+      `after_starts` word (a new subject: "im", "we", "because"), so it cannot be the rest of the command.
 
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
     commands in one breath), nothing is returned."""
