@@ -336,15 +336,37 @@ def _margin_where_greedy_parts(model, samples: np.ndarray, theirs: list[str]) ->
     return 0.0
 
 
+REPEAT_NGRAM = 3
+"""web/voxline/whisper.js `REPEAT_NGRAM`: the page stops a decode whose last token 3-gram came before."""
+
+
+def _as_the_page_stops(ids: list[int], n: int = REPEAT_NGRAM) -> list[int]:
+    """`ids` cut where the page's repeat guard (whisper.js `repeatStart`) stops the decode: at the first token whose
+    trailing n-gram repeats an earlier one, less that restarted n-gram."""
+    for end in range(2 * n, len(ids) + 1):
+        tail = ids[end - n:end]
+        if any(ids[i:i + n] == tail for i in range(end - 2 * n + 1)):
+            return ids[:end - n]
+    return ids
+
+
+def test_the_repeat_cut_is_the_page_s():
+    assert _as_the_page_stops([1, 2, 3, 4, 1, 2, 3, 4, 1]) == [1, 2, 3, 4]
+    assert _as_the_page_stops([1, 2, 3, 4, 5]) == [1, 2, 3, 4, 5]
+    assert _as_the_page_stops([7, 7, 7, 7, 7, 7]) == [7, 7, 7]
+
+
 def test_short_window_transcribes_commands(onnx_model, clips):
-    """8 s windows are the speed path for commands; the words must survive it (case and punctuation aside)."""
+    """8 s windows are the speed path for commands; the words must survive it (case and punctuation aside), as the
+    page decodes: greedy, stopped by its repeat guard. On int8 and this CPU the end-of-text after "open the front
+    door" is sometimes nearly tied, and plain greedy decoding then says the command over and over (a CI run)."""
 
     def words(s: str) -> list[str]:
         return "".join(c for c in s.lower() if c.isalnum() or c == " ").split()
 
     for text in ("pause the music", "turn the volume down", "open the front door"):
-        got, _ = onnx_model.transcribe(clips[text], window_s=8.0)
-        assert words(got) == text.split()
+        ids, _ = onnx_model.generate(*onnx_model.encode(clips[text], window_s=8.0))
+        assert words(onnx_model.decode(_as_the_page_stops(ids))) == text.split()
 
 
 def test_rejects_audio_longer_than_the_window(onnx_model):
