@@ -153,8 +153,22 @@ export function settingsFromQuery(search) {
     if (!key.startsWith('vx.')) continue;
     const name = key.slice(3);
     if (typeof DEFAULTS[name] === 'boolean') out[name] = raw === '1' || raw === 'true';
-    else if (DEFAULTS[name] === null) out[name] = JSON.parse(raw); // an object setting, written as JSON
+    else if (DEFAULTS[name] === null) out[name] = objectSetting(name, raw);
     else out[name] = Number(raw);
   }
   return out;
+}
+
+/** An object setting from a URL (JSON), or an error that names it. */
+function objectSetting(name, raw) {
+  let value;
+  try {
+    value = JSON.parse(raw);
+  } catch (error) {
+    throw new Error(`Voxline setting vx.${name} must be JSON (an object, or null): ${error.message}`);
+  }
+  if (value !== null && (typeof value !== 'object' || Array.isArray(value))) {
+    throw new Error(`Voxline setting vx.${name} must be a JSON object or null, got ${raw}`);
+  }
+  return value;
 }
