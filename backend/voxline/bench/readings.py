@@ -77,7 +77,12 @@ def _key(text: str | None, grammar) -> tuple[str, str] | None:
     from voxline.intents import recognize
 
     match = recognize(text, grammar) if text else None
-    return None if match is None else (match.intent, json.dumps(match.slots, sort_keys=True))
+    return None if match is None else _meaning(match.intent, match.slots)
+
+
+def _meaning(intent: str, slots: dict) -> tuple[str, str]:
+    """An intent and its slots as the scoring compares them (slots as sorted JSON)."""
+    return intent, json.dumps(slots, sort_keys=True)
 
 
 def decide(row: dict, grammar, gate: float = COMMAND_MIN_CONFIDENCE) -> tuple[str, str] | None:
@@ -237,7 +242,7 @@ def set_lines(set_path: Path, grammar, limit: int | None = None) -> list[tuple[s
 def _item(text: str, labelled: SetItem | None, grammar) -> dict:
     if labelled is None:
         return {"text": text, "truth": _key(text, grammar)}
-    truth = None if labelled.intent is None else (labelled.intent, json.dumps(labelled.slots, sort_keys=True))
+    truth = None if labelled.intent is None else _meaning(labelled.intent, labelled.slots)
     return {"text": text, "truth": truth, "labelled": labelled, "one_word": labelled.kind == "one-word"}
 
 

@@ -188,10 +188,10 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     if not any(asides.values()) or len(tokens) > MAX_ASIDE_UTTERANCE_WORDS:
         return None
     found: list[Match] = []
-    for length in range(MIN_ASIDE_WORDS, len(tokens)):
-        before = (list(range(length)), list(range(length, len(tokens))))
-        after = (list(range(len(tokens) - length, len(tokens))), list(range(len(tokens) - length)))
-        for aside, command, first in (before + (True,), after + (False,)):
+    n = len(tokens)
+    for length in range(MIN_ASIDE_WORDS, n):
+        for aside, command, first in ((list(range(length)), list(range(length, n)), True),
+                                      (list(range(n - length, n)), list(range(n - length)), False)):
             if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
                 continue
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command
@@ -204,7 +204,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
                 if also is not None:
                     found.append(also)
-    if not found or len({(m.intent, json.dumps(m.slots, sort_keys=True)) for m in found}) != 1:
+    if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
         return None
     return found[0]
 
@@ -474,8 +474,12 @@ def _choose(
 
 
 def _outcome(candidate: _Candidate, language: LanguageGrammar) -> tuple[str, str]:
-    intent = language.templates[candidate.end.template].intent
-    slots = {fill.name: fill.value for fill in candidate.fills}
+    return _meaning(language.templates[candidate.end.template].intent,
+                    {fill.name: fill.value for fill in candidate.fills})
+
+
+def _meaning(intent: str, slots: dict[str, SlotValue]) -> tuple[str, str]:
+    """What a match asks for, comparable: two readings that agree on it are the same command."""
     return intent, json.dumps(slots, sort_keys=True)
 
 
