@@ -264,6 +264,8 @@ def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, inte
     "the song is called stop the music",
     "i'll go next",  # one word after an aside
     "pause the music and set a timer for ten minutes",  # two commands
+    "they left all the lights on",  # a statement: the aside may not end in a determiner ("all | the lights on")
+    "the kids left every light on",
 ])
 def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
     assert recognize(text, grammar) is None, text
