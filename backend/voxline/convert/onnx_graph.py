@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 DEFAULT_OPSET = 17  # LayerNormalization needs 17; kept low for onnxruntime-web.
 
@@ -33,6 +33,16 @@ class GraphBuilder:
         # np.array, not np.ascontiguousarray: the latter turns 0-d scalars into shape [1].
         self.initializers.append(numpy_helper.from_array(np.array(array, order="C"), name))
         return name
+
+    def half_weight(self, name: str, array: np.ndarray) -> str:
+        """A float32 weight whose values are all float16 numbers (CTranslate2 stores Whisper in float16), kept as
+        float16 and cast back in the graph: half the bytes, the same float32 values (onnxruntime folds the Cast when
+        the session is created). Refuses an array float16 cannot hold exactly."""
+        full = np.asarray(array, dtype=np.float32)
+        half = full.astype(np.float16)
+        if not np.array_equal(half.astype(np.float32), full):
+            raise ValueError(f"{name} is not exactly representable in float16; store it with weight()")
+        return self.op("Cast", [self.weight(f"{name}/float16", half)], to=TensorProto.FLOAT, name=name)
 
     def const(self, value: Sequence[int | float] | int | float, dtype=np.int64) -> str:
         """A small shared constant (shape vectors, scalars); identical values reuse one initializer."""

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from voxline.convert.onnx_graph import GraphBuilder
-from voxline.convert.whisper_onnx import HOP_LENGTH, N_FFT, dft_basis, mel_filters
+from voxline.convert.whisper_onnx import HOP_LENGTH, N_FFT, dft_basis_node, mel_filters
 
 OUTPUT_FILE = "smart-turn-v3.2.onnx"
 WINDOW_SAMPLES = 8 * 16000
@@ -45,7 +45,7 @@ def frontend_nodes(g: GraphBuilder, samples: str) -> str:
     x = g.op("Div", [centred, std], name="turn_frontend/normalised")
     x = g.op("Pad", [x, g.const([0, N_FFT // 2, 0, N_FFT // 2])], mode="reflect", name="turn_frontend/pad_reflect")
     x = g.op("Unsqueeze", [x, g.const([1])], name="turn_frontend/unsqueeze")
-    spec = g.op("Conv", [x, g.weight("turn_frontend/dft_basis", dft_basis())], strides=[HOP_LENGTH],
+    spec = g.op("Conv", [x, dft_basis_node(g, "turn_frontend")], strides=[HOP_LENGTH],
                 name="turn_frontend/stft")
     power = g.op("Mul", [spec, spec], name="turn_frontend/square")
     re2 = g.op("Slice", [power, g.const([0]), g.const([n_freq]), g.const([1])], name="turn_frontend/re2")
