@@ -9,6 +9,7 @@ import io
 import json
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from voxline.config import REPO_ROOT
 from voxline.errors import DigestMismatch, FetchError
 from voxline.models import load_manifest
 from voxline.models.supply import build_model
-from voxline.server.runtimes import RUNTIMES, RuntimePackage, fetch_runtimes, load_runtime_files
+from voxline.server.runtimes import (RUNTIMES, RuntimePackage, fetch_runtimes, load_runtime_files, read_runtime_file,
+                                     stored_zip)
 
 REAL_DOWNLOADS = paths.downloads_dir()
 FILES = {"rt.mjs": b"export const answer = 42;\n", "rt.wasm": b"\0asm" + bytes(range(200))}
@@ -81,6 +83,51 @@ def test_a_tarball_that_differs_from_its_pin_is_set_aside(cache):
         fetch_runtimes((package,), log_line=lambda line: None)
     assert not tarball.exists() and tarball.with_name(tarball.name + ".rejected").exists()
     assert not (cache / "runtimes").exists()
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_a_stored_zip_is_served_with_its_members_stored_and_pinned_both_ways(cache):
+    members = {"os.py": b"import sys\n" * 400, "json/__init__.py": b"def loads(s): ...\n" * 300}
+    shipped = _zip(members)
+    stored = stored_zip(shipped)
+    tarball = _tarball(paths.downloads_dir(), {**FILES, "lib.zip": shipped})
+    pins = {**{n: hashlib.sha256(d).hexdigest() for n, d in FILES.items()},
+            "lib.zip": hashlib.sha256(stored).hexdigest()}
+    package = RuntimePackage("fake-rt", "1.0.0", "dist", pins, tarball=tarball.name,
+                             tarball_sha256=hashlib.sha256(tarball.read_bytes()).hexdigest(), license="MIT",
+                             stored_zips={"lib.zip": hashlib.sha256(shipped).hexdigest()})
+    assert fetch_runtimes((package,), log_line=lambda line: None) == ["fake-rt"]
+    served = (cache / "runtimes" / "fake-rt" / "1.0.0" / "lib.zip").read_bytes()
+    assert served == stored and stored_zip(shipped) == stored  # deterministic
+    with zipfile.ZipFile(io.BytesIO(served)) as zf:
+        assert {i.compress_type for i in zf.infolist()} == {zipfile.ZIP_STORED}
+        assert {i.filename: zf.read(i) for i in zf.infolist()} == members
+    assert load_runtime_files(packages=(package,))["fake-rt"]["lib.zip"].data == stored
+    # npm's copy (the tarball's, deflated) is read as served, so its pin is checked the same way.
+    node_modules = cache / "node_modules"
+    (node_modules / "fake-rt" / "dist").mkdir(parents=True)
+    (node_modules / "fake-rt" / "dist" / "lib.zip").write_bytes(shipped)
+    assert read_runtime_file(package, "lib.zip", node_modules).data == stored
+
+
+def test_a_stored_zip_whose_shipped_copy_differs_installs_nothing(cache):
+    shipped = _zip({"os.py": b"import sys\n"})
+    tarball = _tarball(paths.downloads_dir(), {**FILES, "lib.zip": _zip({"os.py": b"import evil\n"})})
+    pins = {**{n: hashlib.sha256(d).hexdigest() for n, d in FILES.items()},
+            "lib.zip": hashlib.sha256(stored_zip(shipped)).hexdigest()}
+    package = RuntimePackage("fake-rt", "1.0.0", "dist", pins, tarball=tarball.name,
+                             tarball_sha256=hashlib.sha256(tarball.read_bytes()).hexdigest(), license="MIT",
+                             stored_zips={"lib.zip": hashlib.sha256(shipped).hexdigest()})
+    with pytest.raises(DigestMismatch, match="lib.zip"):
+        fetch_runtimes((package,), log_line=lambda line: None)
+    assert list((cache / "runtimes" / "fake-rt").iterdir()) == []
 
 
 @pytest.mark.parametrize("package", RUNTIMES, ids=lambda p: p.name)
