@@ -19,15 +19,18 @@ def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_s
     assert ready["isolated"] is True and ready["threads"] == 2
     assert ready["load_ms"] > 0
     names = {m["name"] for m in ready["models"]}
-    assert names == {"whisper-tiny-en-onnx", "silero-vad-v5", "smart-turn-v3.2"}
+    assert names == {"whisper-tiny-en-onnx", "silero-vad-v5"}  # what listening needs; smart-turn comes after
     assert all(m["bytes"] > 1_000_000 for m in ready["models"])
     assert page.locator("#state").inner_text() == "Ready"
     assert page.locator("#progress").is_hidden()
+    assert page.evaluate("window.voxline.turnDetection") is True  # smart-turn, loaded after `ready`
+    assert page.evaluate("window.voxline.turnDetectionState") == "up"
 
 
 def test_models_are_kept_in_cache_storage_and_checked(page, voxline_server):
     page.goto(voxline_server.url + "/")
     wait_for_js(page, "document.getElementById('state').dataset.state === 'idle'", 60)
+    wait_for_js(page, "window.voxline.turnDetectionState === 'up'", 60)  # smart-turn's model comes after `ready`
     keys = page.evaluate("""async () => {
         const cache = await caches.open('voxline-models-v1');
         return (await cache.keys()).map((r) => r.url);

@@ -7,8 +7,9 @@ started again on an on-disk profile). Every byte goes through a counting proxy (
 says why a proxy rather than DevTools events); with `--profile` the proxy also shapes the traffic (e.g. 50 Mbit/s,
 40 ms round trip).
 
-A visit is over when `voxline:ready` has fired and the grammar engine (Pyodide, which loads after `ready`) is up.
-Time to ready is `voxline:ready`'s `t`: ms since the document's navigation started.
+A visit is over when `voxline:ready` has fired and what loads after it is up too: the grammar engine (Pyodide) and
+the turn model (smart-turn), so that every byte of the visit is counted. Time to ready is `voxline:ready`'s `t`: ms
+since the document's navigation started.
 
 Prints one JSON object: per page and visit, the bytes from the server (total and per resource), time to ready,
 time to the grammar engine, and what `voxline:ready` reports of its phases and bytes.
@@ -39,8 +40,10 @@ RETURNING_MODES = {
     "restart": "Chromium closed and started again on the same on-disk profile (a disk HTTP cache, where files "
                "without Cache-Control are kept for a heuristic time: ~10 % of their age)",
 }
-DEMO_ENGINE_UP = "window.voxline?.intents?.ready"
-WIDGET_ENGINE_UP = "document.querySelector('voxline-assistant')?.voxline?.intents?.ready"
+AFTER_READY_UP = "{v}?.intents?.ready && ['up', 'off'].includes({v}?.turnDetectionState)"
+"""Everything that loads after `ready` is up (or has failed, which the visit's errors then show)."""
+DEMO_ENGINE_UP = AFTER_READY_UP.format(v="window.voxline")
+WIDGET_ENGINE_UP = AFTER_READY_UP.format(v="document.querySelector('voxline-assistant')?.voxline")
 
 
 def persistent_context(playwright, profile_dir: Path, proxy: CountingProxy):
@@ -138,7 +141,8 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
                 out["pages"][name] = {"first": cold, "returning": warm}
                 for kind, result in (("first", cold), ("returning", warm)):
                     print(f"{name:6} {kind:9} {result['bytes'] / 1e6:8.2f} MB in {result['requests']:3} requests, "
-                          f"ready {result['ready_ms'] / 1000:5.2f} s, grammar engine {result['engine_ready_s']:5.2f} s",
+                          f"ready {result['ready_ms'] / 1000:5.2f} s, all loaded (grammar engine, turn model) "
+                          f"{result['engine_ready_s']:5.2f} s",
                           file=sys.stderr)
     finally:
         if host:

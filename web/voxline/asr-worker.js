@@ -1,7 +1,7 @@
 // The speech recognition worker: Whisper tiny.en (int8, onnxruntime-web wasm, threads when isolated).
 // It reads turn audio from the capture ring by absolute sample index and answers decode requests one at a time.
 // The final transcript must never wait behind a partial that nobody needs any more (see `enqueue`).
-import { loadOrt, createSession } from './ort.js';
+import { startOrt, createSession } from './ort.js';
 import { SampleRing } from './ring.js';
 import { Whisper } from './whisper.js';
 import { CommandGraph } from './grammar-decode.js';
@@ -15,7 +15,8 @@ const queue = [];
 self.onmessage = async (event) => {
   const msg = event.data;
   try {
-    if (msg.type === 'init') await init(msg);
+    if (msg.type === 'runtime') await startOrt(msg.threads, msg.ort); // while the page reads the models
+    else if (msg.type === 'init') await init(msg);
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'decode') enqueue(msg);
     else if (msg.type === 'cancel') cancel(msg.id);
@@ -29,7 +30,7 @@ self.onmessage = async (event) => {
 async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
-  const ort = await loadOrt(msg.threads, msg.ort);
+  const ort = await startOrt(msg.threads, msg.ort);
   const table = JSON.parse(new TextDecoder().decode(msg.tokens));
   const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder), createSession(ort, msg.decoder)]);
   whisper = new Whisper(ort, encoder, decoder, table);

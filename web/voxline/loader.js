@@ -116,7 +116,7 @@ export async function loadFile(file, base, onBytes = () => {}, { kind = 'model',
   const started = performance.now();
   const { cache: cacheName, failed, corrupt, fix } = KINDS[kind];
   const url = new URL(file.url, base);
-  const key = `${url.href}${url.search ? '&' : '?'}sha256=${file.sha256}`;
+  const key = cacheKey(url, file.sha256);
   const cache = await openCache(cacheName);
   const cached = await cache?.match(key);
   if (cached) {
@@ -143,12 +143,22 @@ export async function loadFile(file, base, onBytes = () => {}, { kind = 'model',
     throw new ModelLoadError(corrupt, `${file.name} arrived altered (sha256 ${actual.slice(0, 12)}…, expected ${file.sha256.slice(0, 12)}…); it was not used or cached. Reload to download it again; if it persists, run ${fix} on the server.`);
   }
   try {
-    await cache?.put(key, new Response(bytes, { headers: { 'content-type': 'application/octet-stream' } }));
+    await cache?.put(key, new Response(bytes, { headers: { 'content-type': contentType(file.name) } }));
   } catch {
     // A full quota only costs a download next time.
   }
   ledger?.add(file.name, bytes.length, 'network', performance.now() - started);
   return { bytes, fromCache: false };
+}
+
+/** The Cache Storage key of a file: its URL plus its digest, so a new version is a new entry. */
+function cacheKey(url, sha256) {
+  return `${url.href}${url.search ? '&' : '?'}sha256=${sha256}`;
+}
+
+/** A wasm is cached as `application/wasm`, which compiling it streaming from its cache entry needs. */
+function contentType(name) {
+  return name.endsWith('.wasm') ? 'application/wasm' : 'application/octet-stream';
 }
 
 /**
@@ -187,4 +197,47 @@ export async function loadModels(models, base, onProgress = () => {}, ledger = n
   }));
   onProgress(1, total, total);
   return out;
+}
+
+/**
+ * A runtime's wasm compiled once for every worker of the page: a `WebAssembly.Module` posted to a worker is shared,
+ * not copied, so the workers neither copy the bytes nor compile and optimise the same code each.
+ *
+ * From Cache Storage the module is compiled streaming from the entry, so that the browser may keep the compiled code
+ * beside it and a returning visit need not compile again; the entry's bytes are checked against the pin meanwhile,
+ * and a module whose bytes differ is dropped before any worker gets it (the file is then downloaded again, as
+ * `loadFile` does). An entry cached without the wasm content type (before this was done) is rewritten once.
+ * @param {{files: Record<string, {url: string, sha256: string}>}} runtime the manifest's entry for one package
+ * @param {string} name the file, e.g. `ort-wasm-simd-threaded.wasm`
+ * @param {URL|string} base
+ * @param {LoadLedger|null} ledger
+ * @returns {Promise<WebAssembly.Module>}
+ */
+export async function compileRuntimeFile(runtime, name, base, ledger = null) {
+  const entry = runtime?.files?.[name];
+  if (!entry) throw new ModelLoadError('model_manifest_failed', `The server's manifest lists no runtime file ${name}; update the server, then reload.`);
+  const started = performance.now();
+  const key = cacheKey(new URL(entry.url, base), entry.sha256);
+  const cache = await openCache(RUNTIME_CACHE_NAME);
+  const cached = await cache?.match(key);
+  if (cached?.headers.get('content-type') === 'application/wasm') {
+    const [module, bytes] = await Promise.all([
+      WebAssembly.compileStreaming(cached.clone()).catch(() => null), cached.arrayBuffer()]);
+    if ((await sha256Hex(bytes)) === entry.sha256) {
+      ledger?.add(name, bytes.byteLength, 'cache', performance.now() - started);
+      return module ?? WebAssembly.compile(bytes);
+    }
+    await cache.delete(key); // altered: never used, fetched again below
+  }
+  if (cached && !cached.bodyUsed) {
+    // Cached by an older page, as `application/octet-stream`: checked, then kept again with the wasm type.
+    const bytes = new Uint8Array(await cached.arrayBuffer());
+    if ((await sha256Hex(bytes)) === entry.sha256) {
+      await cache.put(key, new Response(bytes, { headers: { 'content-type': contentType(name) } })).catch(() => {});
+      ledger?.add(name, bytes.length, 'cache', performance.now() - started);
+      return WebAssembly.compile(bytes);
+    }
+    await cache.delete(key);
+  }
+  return WebAssembly.compile(await loadRuntimeFile(runtime, name, base, ledger));
 }

@@ -1,9 +1,10 @@
 // onnxruntime-web, loaded from the Voxline server beside this file, configured once per worker.
 // Threads need cross-origin isolation (SharedArrayBuffer); without it the wasm runs single-threaded.
 //
-// The page fetches the runtime's wasm once (checked against its pinned sha256, kept in Cache Storage: loader.js)
-// and hands the bytes to each worker, so no worker downloads it; the scripts come from the runtime's versioned
-// URL folder (`/vendor/onnxruntime-web/<version>/`), which the browser caches for good.
+// The page fetches the runtime's wasm once (checked against its pinned sha256, kept in Cache Storage: loader.js),
+// compiles it once and hands the module to each worker, so no worker downloads, copies or compiles it; the scripts
+// come from the runtime's versioned URL folder (`/vendor/onnxruntime-web/<version>/`), which the browser caches for
+// good.
 
 /** Where the unversioned runtime is, for a page that passes no runtime (an older page, a test harness). */
 const ORT_FALLBACK_BASE = new URL('../vendor/onnxruntime-web/', import.meta.url);
@@ -13,19 +14,65 @@ const ORT_MODULE = 'ort.wasm.min.mjs';
 let loading = null;
 
 /**
+ * onnxruntime-web takes its wasm as bytes (`env.wasm.wasmBinary`) and instantiates it with
+ * `WebAssembly.instantiate(bytes, imports)`; it has no way to take a compiled module. Until that one call, this
+ * worker's `WebAssembly.instantiate` answers a call with bytes by instantiating `module` instead (the bytes given are
+ * a stand-in), then is itself again. Its threads get the module from it, as they would the one it compiled.
+ * @param {WebAssembly.Module} module
+ */
+function instantiateOnce(module) {
+  const instantiate = WebAssembly.instantiate;
+  WebAssembly.instantiate = function (source, imports) {
+    if (source instanceof WebAssembly.Module) return instantiate.call(WebAssembly, source, imports);
+    WebAssembly.instantiate = instantiate;
+    return instantiate.call(WebAssembly, module, imports).then((instance) => ({ instance, module }));
+  };
+}
+
+/**
  * @param {number} threads wanted; capped to 1 when the worker is not cross-origin isolated
- * @param {{base: string, wasm: Uint8Array}|null} runtime the versioned URL folder and the checked wasm bytes
+ * @param {{base: string, module?: WebAssembly.Module, wasm?: Uint8Array}|null} runtime the versioned URL folder and
+ *   the checked wasm, compiled (`module`, see instantiateOnce) or as bytes
  */
 export function loadOrt(threads, runtime = null) {
   const base = new URL(runtime?.base ?? ORT_FALLBACK_BASE);
   loading ??= import(new URL(ORT_MODULE, base).href).then((ort) => {
     ort.env.wasm.wasmPaths = base.href;
-    if (runtime?.wasm) ort.env.wasm.wasmBinary = runtime.wasm;
+    if (runtime?.module) {
+      instantiateOnce(runtime.module);
+      ort.env.wasm.wasmBinary = new Uint8Array(8); // a stand-in: instantiateOnce gives the module instead
+    } else if (runtime?.wasm) {
+      ort.env.wasm.wasmBinary = runtime.wasm;
+    }
     ort.env.wasm.numThreads = self.crossOriginIsolated ? Math.max(1, threads) : 1;
     ort.env.logLevel = 'error';
     return ort;
   });
   return loading;
+}
+
+/**
+ * The smallest model there is (y = Identity(x), 74 bytes, written with onnx's helper): creating a session of it makes
+ * onnxruntime instantiate its wasm, start its threads and set up its runtime, the bulk of a worker's start-up.
+ */
+const START_MODEL = Uint8Array.from(
+  atob('CAgSB3ZveGxpbmU6NwoQCgF4EgF5IghJZGVudGl0eRIBd1oPCgF4EgoKCAgBEgQKAggBYg8KAXkSCgoICAESBAoCCAFCBAoAEBE='),
+  (c) => c.charCodeAt(0));
+
+/** @type {Promise<any>|null} */
+let starting = null;
+
+/**
+ * Load onnxruntime-web and start its runtime now (`loadOrt`, then a session of START_MODEL), so that a worker does
+ * it while the page is still reading the models; a model's session then costs only its own graph. Once per worker.
+ * @param {number} threads @param {{base: string, wasm: Uint8Array}|null} runtime as for loadOrt
+ */
+export function startOrt(threads, runtime = null) {
+  starting ??= loadOrt(threads, runtime).then(async (ort) => {
+    await (await createSession(ort, START_MODEL)).release();
+    return ort;
+  });
+  return starting;
 }
 
 /** @param {any} ort @param {Uint8Array} bytes */

@@ -3,8 +3,10 @@
 // It posts endpointing events (with absolute sample positions) to the page; it never decodes speech.
 // smart-turn runs in a worker of its own (turn-worker.js, `turnWorker`), so the detector reads on meanwhile; its
 // answer is applied once the detector has read the audio that came in before it (see `answer`).
+// smart-turn comes after `ready` (`turn-model`): the page is ready with the detector alone, and until smart-turn is
+// up every pause is left to the hangover, the endpointer's answer when smart-turn says nothing.
 import { Endpointer } from './endpointer.js';
-import { loadOrt, createSession } from './ort.js';
+import { startOrt, createSession } from './ort.js';
 import { SampleRing } from './ring.js';
 import { TurnAudioEncoder } from './opus.js';
 import { spawnWorker } from './workers.js';
@@ -16,12 +18,16 @@ const TURN_WINDOW = 8 * 16000; // smart-turn reads the last 8 s
 let ort, vad, turn, ring, endpointer, settings, encoder;
 /** @type {Worker|null} smart-turn's own worker (null: smart-turn runs here, `turn`) */
 let turnWorker = null;
+/** smart-turn is loaded and warm (in its worker or here): pauses are asked about from then on. */
+let turnReady = false;
 let state, context, position, running = false;
 
 self.onmessage = async (event) => {
   const msg = event.data;
   try {
-    if (msg.type === 'init') await init(msg);
+    if (msg.type === 'runtime') await startOrt(1, msg.ort); // while the page reads the models
+    else if (msg.type === 'init') await init(msg);
+    else if (msg.type === 'turn-model') await loadTurnModel(msg);
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'listen') listen(msg.from);
     else if (msg.type === 'asr-idle') asrIdle(msg.pauseId);
@@ -34,22 +40,36 @@ self.onmessage = async (event) => {
 async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
-  ort = await loadOrt(1, msg.ort);
-  const started = settings.turnWorker ? startTurnWorker(msg.turnModel, msg.ort) : null;
-  [vad, turn] = await Promise.all([createSession(ort, msg.vadModel),
-    settings.turnWorker ? null : createSession(ort, msg.turnModel)]);
-  await started;
+  ort = await startOrt(1, msg.ort);
+  vad = await createSession(ort, msg.vadModel);
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
-  await warmUp();
-  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported });
-}
-
-async function warmUp() {
   // The first run of a session compiles kernels; do it now rather than on the user's first word.
   resetVadState();
   await vadProb(new Float32Array(FRAME));
-  if (turn) await turnProb(new Float32Array(TURN_WINDOW));
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported });
+}
+
+/**
+ * smart-turn's model, sent by the page after `ready`: start it (in its own worker, or here), run it once, then answer
+ * `turn-ready`; a failure answers `turn-failed` and leaves every pause to the hangover.
+ */
+async function loadTurnModel(msg) {
+  try {
+    if (settings.turnWorker) {
+      await startTurnWorker(msg.turnModel, msg.ort);
+    } else {
+      const session = await createSession(ort, msg.turnModel);
+      await session.run({ samples: new ort.Tensor('float32', new Float32Array(TURN_WINDOW), [1, TURN_WINDOW]) });
+      turn = session;
+    }
+    turnReady = true;
+    self.postMessage({ type: 'turn-ready' });
+  } catch (error) {
+    turnWorker?.terminate();
+    turnWorker = null;
+    self.postMessage({ type: 'turn-failed', message: error.message });
+  }
 }
 
 /** Start smart-turn's worker; resolves when it is ready (its model loaded and run once). */
@@ -168,6 +188,7 @@ function afterAsr(pauseId) {
 
 async function handle(ev) {
   if (ev.type === 'turn-check') {
+    if (!turnReady) return; // smart-turn is not up yet: the hangover ends this pause's turn
     if (turnWorker) {
       // Read on meanwhile; the window is taken now, when the pause is what it was asked about.
       const samples = lastEightSeconds(ev.start, ev.end);

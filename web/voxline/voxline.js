@@ -33,7 +33,7 @@ import { EVENTS, Emitter } from './events.js';
 import { IntentResolver, isCompleteCommand } from './intents.js';
 import { normalize } from './normalize.js';
 import { BackendLink } from './link.js';
-import { fetchManifest, LoadLedger, loadModels, loadRuntimeFile, ModelLoadError } from './loader.js';
+import { compileRuntimeFile, fetchManifest, LoadLedger, loadModels, ModelLoadError } from './loader.js';
 import { ReplyPlayer } from './player.js';
 import { ERRORS, REPLY_AUDIO_RATE_HZ } from './protocol.js';
 import { resolveSettings } from './settings.js';
@@ -106,6 +106,11 @@ export class Voxline {
     this.bargeInSent = Promise.resolve();
     /** @type {{turnId: number, chunks: Float32Array[]}|null} the reply audio of the held server turn (turn.js) */
     this.heldAudio = null;
+    /** @type {Promise<boolean>|null} settles once smart-turn is up (true) or has failed (false); it loads after
+     * `ready`, and until then the hangover ends every turn */
+    this.turnDetection = null;
+    /** @type {'waiting'|'loading'|'up'|'off'} where smart-turn stands (for a page or a test that polls) */
+    this.turnDetectionState = 'waiting';
   }
 
   /** Load models and start the workers; fires `voxline:ready` (never waits for the microphone). */
@@ -124,27 +129,41 @@ export class Voxline {
       });
       const manifest = await fetchManifest(this.base);
       const byRole = Object.fromEntries(manifest.models.map((m) => [m.role, m]));
-      const wanted = ['browser-asr', 'browser-vad', 'browser-turn'].map((role) => byRole[role]);
-      if (wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
+      // What listening needs comes first; smart-turn (end of turn sooner than the hangover) comes after `ready`.
+      const wanted = ['browser-asr', 'browser-vad'].map((role) => byRole[role]);
+      const turnModel = byRole['browser-turn'];
+      if (!turnModel || wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
       const fetched = performance.now();
-      // onnxruntime-web's wasm is fetched (and checked) once, here, and handed to both workers.
-      const ortRuntime = manifest.runtimes?.['onnxruntime-web'];
-      const [files, ortWasm] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger),
-        ortRuntime ? loadRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger) : null]);
-      const ort = ortWasm && { base: new URL(ortRuntime.base, this.base).href, wasm: ortWasm };
-      const loaded = performance.now();
-      const [asr, vad, turn] = wanted.map((m) => files[m.name]);
-      const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
-
+      // The workers start now and set up onnxruntime while the models are read (`runtime`, then `init`).
       this.vadWorker = spawnWorker('./vad-worker.js');
       this.asrWorker = spawnWorker('./asr-worker.js');
       const vadReady = whenReady(this.vadWorker, 'voice detection');
       const asrReady = whenReady(this.asrWorker, 'speech recognition');
-      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer,
-        vadModel: vad['silero_vad_v5.onnx'], turnModel: turn['smart-turn-v3.2.onnx'], ort });
-      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads, ort,
-        encoder: asr['encoder.int8.onnx'], decoder: asr['decoder.int8.onnx'], tokens: asr['tokens.json'] });
+      // onnxruntime-web's wasm is fetched (and checked) and compiled once, here, and the module given to the workers.
+      const ortRuntime = manifest.runtimes?.['onnxruntime-web'];
+      const ortLoaded = (ortRuntime ? compileRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger)
+        : Promise.resolve(null)).then((module) => {
+        const runtime = module && { base: new URL(ortRuntime.base, this.base).href, module };
+        if (runtime) {
+          this.vadWorker.postMessage({ type: 'runtime', ort: runtime });
+          this.asrWorker.postMessage({ type: 'runtime', ort: runtime, threads: this.settings.asrThreads });
+        }
+        return runtime;
+      });
+      const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
+      const files = await loadModels(wanted, this.base, this.onProgress, ledger);
+      await ortLoaded; // `runtime` goes to each worker before its `init`
+      const loaded = performance.now();
+      const [asr, vad] = wanted.map((m) => files[m.name]);
+      // The runtime went with `runtime` (from a server that lists none, each worker loads its own). The model bytes
+      // are moved, not copied: the page keeps none of them.
+      const vadModel = vad['silero_vad_v5.onnx'];
+      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel }, [vadModel.buffer]);
+      const { 'encoder.int8.onnx': encoder, 'decoder.int8.onnx': decoder, 'tokens.json': tokens } = asr;
+      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
+        encoder, decoder, tokens }, [encoder.buffer, decoder.buffer, tokens.buffer]);
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
+      const ort = await ortLoaded;
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
         workers_ms: performance.now() - loaded };
       this.intents = await intents;
@@ -160,14 +179,46 @@ export class Voxline {
         opus: vadInfo.opus,
         phases,
         bytes: ledger.totals(),
-        files: ledger.files,
+        files: [...ledger.files],
       });
+      this.turnDetection = this.#startTurnDetection(turnModel, ort);
       this.intents?.startEngine(() => this.#sendLexicon(), (failure) => this.#fail(failure.code, failure.message));
       this.intents?.onGrammarChange(() => this.#sendLexicon());
       return this.ready;
     } catch (error) {
+      this.vadWorker?.terminate();
+      this.asrWorker?.terminate();
       this.#fail(error.code ?? 'load_failed', error.message);
       throw error;
+    }
+  }
+
+  /**
+   * Load smart-turn after `ready` and hand it to the listening worker. Until it is up (and for good if it fails:
+   * `turn_detection_failed`, not fatal) the hangover ends every turn.
+   * @returns {Promise<boolean>} whether smart-turn is up
+   */
+  async #startTurnDetection(model, ort) {
+    this.turnDetectionState = 'loading';
+    try {
+      const files = await loadModels([model], this.base);
+      const answer = new Promise((resolve, reject) => {
+        const onMessage = ({ data }) => {
+          if (data.type !== 'turn-ready' && data.type !== 'turn-failed') return;
+          this.vadWorker.removeEventListener('message', onMessage);
+          if (data.type === 'turn-ready') resolve();
+          else reject(new Error(data.message));
+        };
+        this.vadWorker.addEventListener('message', onMessage);
+      });
+      this.vadWorker.postMessage({ type: 'turn-model', turnModel: files[model.name]['smart-turn-v3.2.onnx'], ort });
+      await answer;
+      this.turnDetectionState = 'up';
+      return true;
+    } catch (error) {
+      this.turnDetectionState = 'off';
+      this.#fail('turn_detection_failed', `Turn detection is off (${error.message}); each turn ends after ${this.settings.hangoverSecs} s of silence.`);
+      return false;
     }
   }
 

@@ -257,7 +257,11 @@ export declare class Voxline {
   readonly listening: boolean;
   /** Null until `load()` resolves, or when the intent cache cannot be opened. */
   readonly intents: VoxlineIntents | null | undefined;
-  /** Load the models and start the workers; resolves with `voxline:ready`'s detail (never waits for the mic). */
+  /** The turn model (smart-turn) loads after `voxline:ready`: resolves true once it is up, false if it failed
+   * (`turn_detection_failed`); null before `ready`. Until it is up, a turn ends after the hangover's silence. */
+  readonly turnDetection: Promise<boolean> | null;
+  readonly turnDetectionState: 'waiting' | 'loading' | 'up' | 'off';
+  /** Load the speech models and start the workers; resolves with `voxline:ready`'s detail (never waits for the mic). */
   load(): Promise<VoxlineReadyDetail>;
   /** Open the microphone and start listening. */
   listen(): Promise<void>;
