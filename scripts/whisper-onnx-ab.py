@@ -1,0 +1,69 @@
+"""Two builds of the browser's Whisper tiny ONNX side by side: WER and identical transcripts on the same clips.
+
+For a change to the converter (voxline/convert/whisper_onnx.py) that should not change what the page hears. Both
+builds run in onnxruntime (CPU) on the page's 8 s window, greedy (`OnnxWhisper.transcribe`), on held-out questions
+and commands from backend/voxline/bench/sets, spoken by hibari and espeak-ng (en-gb).
+
+    git worktree add /tmp/base <commit> && VOXLINE_CACHE=/tmp/basecache PYTHONPATH=/tmp/base/backend \\
+        .venv/bin/python -m voxline.cli models fetch whisper-tiny-en-onnx
+    .venv/bin/python scripts/whisper-onnx-ab.py --baseline /tmp/basecache/models/whisper-tiny-en-onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+from voxline import paths
+from voxline.bench.audio import RATE, espeak, hibari
+from voxline.bench.wer import wer
+from voxline.convert.whisper_onnx import OnnxWhisper
+
+SETS = Path(__file__).resolve().parent.parent / "backend" / "voxline" / "bench" / "sets"
+WINDOW_S = 8.0
+"""The page's decode window (whisper.js)."""
+
+
+def to_16k(samples: np.ndarray) -> np.ndarray:
+    """48 kHz → 16 kHz: a windowed-sinc low-pass at 8 kHz, then every third sample."""
+    assert RATE == 48_000
+    taps = np.sinc(np.arange(-60, 61) / 3) / 3 * np.hamming(121)
+    return np.convolve(samples.astype(np.float64), taps, mode="same")[::3].astype(np.float32)
+
+
+def texts(questions: int, commands: int) -> list[str]:
+    def first(name: str, n: int) -> list[str]:
+        with open(SETS / name, encoding="utf-8") as f:
+            return [json.loads(line)["text"] for line in f if line.strip()][:n]
+
+    return first("questions-en.jsonl", questions) + first("commands-b-en.jsonl", commands)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--baseline", type=Path, required=True, help="folder of the other build")
+    parser.add_argument("--model", type=Path, default=paths.model_dir("whisper-tiny-en-onnx"))
+    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--commands", type=int, default=60)
+    args = parser.parse_args()
+    builds = {"baseline": OnnxWhisper(args.baseline), "model": OnnxWhisper(args.model)}
+    voices = {"hibari": lambda t: hibari(t, seed=1), "espeak-gb": lambda t: espeak(t, voice="en-gb")}
+    refs, hyps, same = [], {k: [] for k in builds}, 0
+    for voice in voices.values():
+        for text in texts(args.questions, args.commands):
+            clip = to_16k(voice(text))
+            heard = {k: m.transcribe(clip, WINDOW_S)[0] for k, m in builds.items()}
+            refs.append(text)
+            for k, h in heard.items():
+                hyps[k].append(h)
+            same += heard["baseline"] == heard["model"]
+    print(json.dumps({"clips": len(refs), "voices": list(voices), "identical_transcripts": same,
+                      "wer_percent": {k: round(100 * wer(refs, h), 2) for k, h in hyps.items()}}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
