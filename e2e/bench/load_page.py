@@ -40,8 +40,10 @@ RETURNING_MODES = {
     "restart": "Chromium closed and started again on the same on-disk profile (a disk HTTP cache, where files "
                "without Cache-Control are kept for a heuristic time: ~10 % of their age)",
 }
-AFTER_READY_UP = "{v}?.intents?.ready && ['up', 'off'].includes({v}?.turnDetectionState)"
-"""Everything that loads after `ready` is up (or has failed, which the visit's errors then show)."""
+AFTER_READY_UP = ("{v}?.intents?.ready && ({v}.turnDetectionState === undefined "
+                  "|| ['up', 'off'].includes({v}.turnDetectionState))")
+"""Everything that loads after `ready` is up (or has failed, which the visit's errors then show); a page from before
+smart-turn loaded after `ready` has no `turnDetectionState` (so a server of an older version can be measured)."""
 DEMO_ENGINE_UP = AFTER_READY_UP.format(v="window.voxline")
 WIDGET_ENGINE_UP = AFTER_READY_UP.format(v="document.querySelector('voxline-assistant')?.voxline")
 
