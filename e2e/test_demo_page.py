@@ -67,6 +67,21 @@ def test_a_failed_download_says_so(page, voxline_server):
     assert page.evaluate("window.__error.code") == "model_download_failed"
 
 
+def test_a_turn_model_that_cannot_load_leaves_turns_to_the_hangover_and_speech_ready(page, voxline_server):
+    # smart-turn loads after `ready`: without it the page still listens, and says what it does instead.
+    page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
+    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
+    page.route("**/wasm_models/smart-turn-v3.2/*", lambda route: route.abort())
+    page.goto(voxline_server.url + "/")
+    wait_for_js(page, "window.__error !== undefined", 60)
+    error = page.evaluate("window.__error")
+    assert error["code"] == "turn_detection_failed" and "silence" in error["message"], error
+    assert page.evaluate("window.__ready !== undefined")
+    assert page.evaluate("window.voxline.turnDetection") is False
+    assert page.evaluate("window.voxline.turnDetectionState") == "off"
+    assert page.locator("#state").get_attribute("data-state") != "error"
+
+
 RECORD_CSP_VIOLATIONS = """
 window.__csp = [];
 document.addEventListener('securitypolicyviolation', (e) => {

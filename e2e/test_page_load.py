@@ -99,3 +99,29 @@ def test_an_altered_cached_runtime_is_never_used(page, voxline_server):
         return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, '0')).join('');
     }""", altered)
     assert altered.split("sha256=")[-1] == intact
+
+
+def test_a_runtime_cached_by_an_older_page_is_kept_and_compiled_from_its_entry(page, voxline_server):
+    # An older page cached the wasm as `application/octet-stream`; compiling it streaming needs `application/wasm`.
+    page.add_init_script(RECORD_ERROR)
+    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
+    page.goto(voxline_server.url + "/")
+    wait_for_js(page, "window.__ready !== undefined", 60)
+    key = page.evaluate("""async () => {
+        const cache = await caches.open('voxline-runtimes-v1');
+        const key = (await cache.keys()).find((r) => r.url.includes('ort-wasm-simd-threaded.wasm'));
+        const response = await cache.match(key);
+        if (response.headers.get('content-type') !== 'application/wasm') return null;
+        const bytes = await response.arrayBuffer();
+        await cache.put(key, new Response(bytes, {headers: {'content-type': 'application/octet-stream'}}));
+        return key.url;
+    }""")
+    assert key is not None, "the runtime is cached as application/wasm"
+    page.reload()
+    wait_for_js(page, "window.__ready !== undefined", 60)
+    wasm = next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
+    assert wasm["from"] == "cache"  # intact: used, not downloaded again
+    assert page.evaluate("window.__errors ?? []") == []
+    kept = page.evaluate("""async (key) => (await (await caches.open('voxline-runtimes-v1')).match(key))
+        .headers.get('content-type')""", key)
+    assert kept == "application/wasm"

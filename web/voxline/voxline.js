@@ -151,8 +151,10 @@ export class Voxline {
         return runtime;
       });
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
-      const files = await loadModels(wanted, this.base, this.onProgress, ledger);
-      await ortLoaded; // `runtime` goes to each worker before its `init`
+      vadReady.catch(() => {}); // awaited below; a worker that fails sooner is reported then
+      asrReady.catch(() => {});
+      // Both, so that an altered runtime fails the load at once; `runtime` goes to each worker before its `init`.
+      const [files, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger), ortLoaded]);
       const loaded = performance.now();
       const [asr, vad] = wanted.map((m) => files[m.name]);
       // The runtime went with `runtime` (from a server that lists none, each worker loads its own). The model bytes
@@ -163,7 +165,6 @@ export class Voxline {
       this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
         encoder, decoder, tokens }, [encoder.buffer, decoder.buffer, tokens.buffer]);
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
-      const ort = await ortLoaded;
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
         workers_ms: performance.now() - loaded };
       this.intents = await intents;
