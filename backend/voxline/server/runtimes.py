@@ -4,7 +4,7 @@ They come the way the models do: `voxline models fetch` downloads each pinned np
 into the cache and unpacks only the files the page loads, each checked against its pin, into
 `<cache>/runtimes/<package>/<version>/` (`fetch_runtimes`; Pyodide's stdlib zip is rewritten with its members
 stored, `stored_zip`, so that brotli compresses it by a third more). So an installed wheel serves them without a
-checkout or npm's `node_modules`, and the wheel stays small: the served files are ~35 MB (~10 MB brotli'd), the
+checkout or npm's `node_modules`, and the wheel stays small: the served files are ~35 MB (~7 MB brotli'd), the
 tarballs ~40 MB.
 
 Each runtime is served at a versioned URL, `/vendor/<package>/<version>/<file>`, so its URLs are content-addressed
@@ -59,7 +59,7 @@ class RuntimePackage:
     stored_zips: dict[str, str] = field(default_factory=dict, hash=False)
     """Zip file name → pinned sha256 of the zip as the tarball has it, for a zip served with its members stored
     rather than deflated (`stored_zip`): the same files, so brotli compresses across them (Pyodide's stdlib: 2.48 MB
-    brotli'd as shipped, 1.66 MB stored). `files` pins the served (rewritten) bytes."""
+    brotli'd as shipped, 1.63 MB stored). `files` pins the served (rewritten) bytes."""
 
     @property
     def url_prefix(self) -> str:
