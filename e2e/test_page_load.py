@@ -75,24 +75,38 @@ def test_an_altered_pyodide_download_is_refused_and_speech_still_loads(page, vox
     assert not any("pyodide.asm.wasm" in k for k in page.evaluate(RUNTIME_CACHE_KEYS))
 
 
-def test_an_altered_cached_runtime_is_never_used(page, voxline_server):
+RECORD_READY = "document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });"
+
+
+def _rewrite_cached_ort_wasm(page, voxline_server, rewrite: str):
+    """Load the page, then let `rewrite`, the body of `async (cache, key, response) => ...`, replace onnxruntime's
+    cached wasm; returns what it returns."""
     page.add_init_script(RECORD_ERROR)
-    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
+    page.add_init_script(RECORD_READY)
     page.goto(voxline_server.url + "/")
     wait_for_js(page, "window.__ready !== undefined", 60)
-    altered = page.evaluate("""async () => {
+    return page.evaluate(f"""async () => {{
         const cache = await caches.open('voxline-runtimes-v1');
         const key = (await cache.keys()).find((r) => r.url.includes('ort-wasm-simd-threaded.wasm'));
-        const bytes = new Uint8Array(await (await cache.match(key)).arrayBuffer());
-        bytes[5000] ^= 0xFF;
-        await cache.put(key, new Response(bytes));
-        return key.url;
-    }""")
+        return (async (cache, key, response) => {{ {rewrite} }})(cache, key, await cache.match(key));
+    }}""")
+
+
+def _ort_wasm_after_reload(page) -> dict:
+    """Reload the page; what `voxline:ready` then says of onnxruntime's wasm (checked: no error was reported)."""
     page.reload()
     wait_for_js(page, "window.__ready !== undefined", 60)
-    wasm = next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
-    assert wasm["from"] == "network"  # the altered copy was dropped, not run
     assert page.evaluate("window.__errors ?? []") == []
+    return next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
+
+
+def test_an_altered_cached_runtime_is_never_used(page, voxline_server):
+    altered = _rewrite_cached_ort_wasm(page, voxline_server, """
+        const bytes = new Uint8Array(await response.arrayBuffer());
+        bytes[5000] ^= 0xFF;
+        await cache.put(key, new Response(bytes));
+        return key.url;""")
+    assert _ort_wasm_after_reload(page)["from"] == "network"  # the altered copy was dropped, not run
     intact = page.evaluate("""async (key) => {
         const bytes = await (await (await caches.open('voxline-runtimes-v1')).match(key)).arrayBuffer();
         const digest = await crypto.subtle.digest('SHA-256', bytes);
@@ -103,25 +117,13 @@ def test_an_altered_cached_runtime_is_never_used(page, voxline_server):
 
 def test_a_runtime_cached_by_an_older_page_is_kept_and_compiled_from_its_entry(page, voxline_server):
     # An older page cached the wasm as `application/octet-stream`; compiling it streaming needs `application/wasm`.
-    page.add_init_script(RECORD_ERROR)
-    page.add_init_script("document.addEventListener('voxline:ready', (e) => { window.__ready = e.detail; });")
-    page.goto(voxline_server.url + "/")
-    wait_for_js(page, "window.__ready !== undefined", 60)
-    key = page.evaluate("""async () => {
-        const cache = await caches.open('voxline-runtimes-v1');
-        const key = (await cache.keys()).find((r) => r.url.includes('ort-wasm-simd-threaded.wasm'));
-        const response = await cache.match(key);
+    key = _rewrite_cached_ort_wasm(page, voxline_server, """
         if (response.headers.get('content-type') !== 'application/wasm') return null;
         const bytes = await response.arrayBuffer();
         await cache.put(key, new Response(bytes, {headers: {'content-type': 'application/octet-stream'}}));
-        return key.url;
-    }""")
+        return key.url;""")
     assert key is not None, "the runtime is cached as application/wasm"
-    page.reload()
-    wait_for_js(page, "window.__ready !== undefined", 60)
-    wasm = next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
-    assert wasm["from"] == "cache"  # intact: used, not downloaded again
-    assert page.evaluate("window.__errors ?? []") == []
+    assert _ort_wasm_after_reload(page)["from"] == "cache"  # intact: used, not downloaded again
     kept = page.evaluate("""async (key) => (await (await caches.open('voxline-runtimes-v1')).match(key))
         .headers.get('content-type')""", key)
     assert kept == "application/wasm"

@@ -220,24 +220,19 @@ export async function compileRuntimeFile(runtime, name, base, ledger = null) {
   const key = cacheKey(new URL(entry.url, base), entry.sha256);
   const cache = await openCache(RUNTIME_CACHE_NAME);
   const cached = await cache?.match(key);
-  if (cached?.headers.get('content-type') === 'application/wasm') {
+  if (cached) {
+    // An entry an older page cached as `application/octet-stream` cannot be compiled streaming: read, then re-kept.
+    const streaming = cached.headers.get('content-type') === 'application/wasm';
     const [module, bytes] = await Promise.all([
-      WebAssembly.compileStreaming(cached.clone()).catch(() => null), cached.arrayBuffer()]);
+      streaming ? WebAssembly.compileStreaming(cached.clone()).catch(() => null) : null, cached.arrayBuffer()]);
     if ((await sha256Hex(bytes)) === entry.sha256) {
+      if (!streaming) {
+        await cache.put(key, new Response(bytes, { headers: { 'content-type': contentType(name) } })).catch(() => {});
+      }
       ledger?.add(name, bytes.byteLength, 'cache', performance.now() - started);
       return module ?? WebAssembly.compile(bytes);
     }
     await cache.delete(key); // altered: never used, fetched again below
-  }
-  if (cached && !cached.bodyUsed) {
-    // Cached by an older page, as `application/octet-stream`: checked, then kept again with the wasm type.
-    const bytes = new Uint8Array(await cached.arrayBuffer());
-    if ((await sha256Hex(bytes)) === entry.sha256) {
-      await cache.put(key, new Response(bytes, { headers: { 'content-type': contentType(name) } })).catch(() => {});
-      ledger?.add(name, bytes.length, 'cache', performance.now() - started);
-      return WebAssembly.compile(bytes);
-    }
-    await cache.delete(key);
   }
   return WebAssembly.compile(await loadRuntimeFile(runtime, name, base, ledger));
 }

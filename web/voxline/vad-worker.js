@@ -59,9 +59,8 @@ async function loadTurnModel(msg) {
     if (settings.turnWorker) {
       await startTurnWorker(msg.turnModel, msg.ort);
     } else {
-      const session = await createSession(ort, msg.turnModel);
-      await session.run({ samples: new ort.Tensor('float32', new Float32Array(TURN_WINDOW), [1, TURN_WINDOW]) });
-      turn = session;
+      turn = await createSession(ort, msg.turnModel);
+      await turnProb(new Float32Array(TURN_WINDOW)); // the first run compiles kernels: not on the first pause
     }
     turnReady = true;
     self.postMessage({ type: 'turn-ready' });

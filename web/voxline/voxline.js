@@ -49,11 +49,12 @@ function sameSlots(a = {}, b = {}) {
   return keys.length === Object.keys(b).length && keys.every((k) => JSON.stringify(a[k]) === JSON.stringify(b[k]));
 }
 
-function whenReady(worker, name) {
+/** A worker's answer to a load: its `ready` message (or the one named `ready`), or why it failed (`failed`). */
+function whenReady(worker, name, { ready = 'ready', failed = 'error' } = {}) {
   return new Promise((resolve, reject) => {
     const onMessage = (event) => {
-      if (event.data.type === 'ready') resolve(event.data);
-      else if (event.data.type === 'error') reject(new ModelLoadError('model_load_failed', `${name}: ${event.data.message}`));
+      if (event.data.type === ready) resolve(event.data);
+      else if (event.data.type === failed) reject(new ModelLoadError('model_load_failed', `${name}: ${event.data.message}`));
       else return;
       worker.removeEventListener('message', onMessage);
     };
@@ -203,15 +204,7 @@ export class Voxline {
     this.turnDetectionState = 'loading';
     try {
       const files = await loadModels([model], this.base);
-      const answer = new Promise((resolve, reject) => {
-        const onMessage = ({ data }) => {
-          if (data.type !== 'turn-ready' && data.type !== 'turn-failed') return;
-          this.vadWorker.removeEventListener('message', onMessage);
-          if (data.type === 'turn-ready') resolve();
-          else reject(new Error(data.message));
-        };
-        this.vadWorker.addEventListener('message', onMessage);
-      });
+      const answer = whenReady(this.vadWorker, 'smart-turn', { ready: 'turn-ready', failed: 'turn-failed' });
       this.vadWorker.postMessage({ type: 'turn-model', turnModel: files[model.name]['smart-turn-v3.2.onnx'], ort });
       await answer;
       this.turnDetectionState = 'up';
