@@ -75,10 +75,15 @@ export function startOrt(threads, runtime = null) {
   return starting;
 }
 
-/** @param {any} ort @param {Uint8Array} bytes */
-export function createSession(ort, bytes) {
+/**
+ * @param {any} ort @param {Uint8Array} bytes
+ * @param {string|null} [optimized] the level onnxruntime's optimizer already ran at when the server built the model
+ *   (the model manifest's `graph_optimization`, voxline/convert/optimize.py): such a session starts with the
+ *   optimizer off, which spares about half of its start-up here; any other model is optimized here (`all`).
+ */
+export function createSession(ort, bytes, optimized = null) {
   return ort.InferenceSession.create(bytes, {
     executionProviders: ['wasm'],
-    graphOptimizationLevel: 'all',
+    graphOptimizationLevel: optimized ? 'disabled' : 'all',
   });
 }

@@ -2,7 +2,7 @@
 // one core; in the listening worker it would stop the voice detector from reading on for that long, so that the
 // silence after a command, or a speaker going on, would be seen that much later.
 //
-// In: {type: 'init', turnModel, ort} then {type: 'check', pauseId, samples} (the last 8 s, front-padded).
+// In: {type: 'init', turnModel, graphOptimization, ort} then {type: 'check', pauseId, samples} (the last 8 s, front-padded).
 // Out: {type: 'ready'}, {type: 'turn-prob', pauseId, prob, ms} or {type: 'error', pauseId?, message}.
 import { loadOrt, createSession } from './ort.js';
 
@@ -14,7 +14,7 @@ self.onmessage = async ({ data: msg }) => {
   try {
     if (msg.type === 'init') {
       ort = await loadOrt(1, msg.ort);
-      session = await createSession(ort, msg.turnModel);
+      session = await createSession(ort, msg.turnModel, msg.graphOptimization);
       await turnProb(new Float32Array(TURN_WINDOW)); // the first run compiles kernels: not on the first pause
       self.postMessage({ type: 'ready' });
     } else if (msg.type === 'check') {

@@ -41,7 +41,7 @@ async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   ort = await startOrt(1, msg.ort);
-  vad = await createSession(ort, msg.vadModel);
+  vad = await createSession(ort, msg.vadModel, msg.graphOptimization);
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
   // The first run of a session compiles kernels; do it now rather than on the user's first word.
@@ -57,9 +57,9 @@ async function init(msg) {
 async function loadTurnModel(msg) {
   try {
     if (settings.turnWorker) {
-      await startTurnWorker(msg.turnModel, msg.ort);
+      await startTurnWorker(msg);
     } else {
-      turn = await createSession(ort, msg.turnModel);
+      turn = await createSession(ort, msg.turnModel, msg.graphOptimization);
       await turnProb(new Float32Array(TURN_WINDOW)); // the first run compiles kernels: not on the first pause
     }
     turnReady = true;
@@ -72,7 +72,7 @@ async function loadTurnModel(msg) {
 }
 
 /** Start smart-turn's worker; resolves when it is ready (its model loaded and run once). */
-function startTurnWorker(turnModel, runtime) {
+function startTurnWorker({ turnModel, graphOptimization, ort: runtime }) {
   turnWorker = spawnWorker('./turn-worker.js');
   return new Promise((resolve, reject) => {
     turnWorker.onmessage = ({ data }) => {
@@ -81,7 +81,7 @@ function startTurnWorker(turnModel, runtime) {
       else fromTurnWorker(data);
     };
     turnWorker.onerror = (event) => reject(new Error(`the turn detection worker failed to start: ${event.message ?? 'script error'}`));
-    turnWorker.postMessage({ type: 'init', turnModel, ort: runtime });
+    turnWorker.postMessage({ type: 'init', turnModel, graphOptimization, ort: runtime });
   });
 }
 

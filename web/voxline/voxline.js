@@ -157,14 +157,17 @@ export class Voxline {
       // Both, so that an altered runtime fails the load at once; `runtime` goes to each worker before its `init`.
       const [files, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger), ortLoaded]);
       const loaded = performance.now();
+      const [asrEntry, vadEntry] = wanted;
       const [asr, vad] = wanted.map((m) => files[m.name]);
       // The runtime went with `runtime` (from a server that lists none, each worker loads its own). The model bytes
       // are moved, not copied: the page keeps none of them.
       const vadModel = vad['silero_vad_v5.onnx'];
-      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel }, [vadModel.buffer]);
+      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel,
+        graphOptimization: vadEntry.graph_optimization ?? null }, [vadModel.buffer]);
       const { 'encoder.int8.onnx': encoder, 'decoder.int8.onnx': decoder, 'tokens.json': tokens } = asr;
       this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
-        encoder, decoder, tokens }, [encoder.buffer, decoder.buffer, tokens.buffer]);
+        encoder, decoder, tokens, graphOptimization: asrEntry.graph_optimization ?? null },
+        [encoder.buffer, decoder.buffer, tokens.buffer]);
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
         workers_ms: performance.now() - loaded };
@@ -175,7 +178,8 @@ export class Voxline {
       this.asrWorker.onmessage = (e) => this.#fromAsr(e.data);
       this.ready = this.events.emit(EVENTS.ready, {
         load_ms: performance.now() - started,
-        models: wanted.map((m) => ({ name: m.name, bytes: m.files.reduce((s, f) => s + f.size, 0) })),
+        models: wanted.map((m) => ({ name: m.name, bytes: m.files.reduce((s, f) => s + f.size, 0),
+          graph_optimization: m.graph_optimization ?? null })),
         isolated: self.crossOriginIsolated,
         threads: asrInfo.threads,
         opus: vadInfo.opus,
@@ -205,7 +209,8 @@ export class Voxline {
     try {
       const files = await loadModels([model], this.base);
       const answer = whenReady(this.vadWorker, 'smart-turn', { ready: 'turn-ready', failed: 'turn-failed' });
-      this.vadWorker.postMessage({ type: 'turn-model', turnModel: files[model.name]['smart-turn-v3.2.onnx'], ort });
+      this.vadWorker.postMessage({ type: 'turn-model', turnModel: files[model.name]['smart-turn-v3.2.onnx'],
+        graphOptimization: model.graph_optimization ?? null, ort });
       await answer;
       this.turnDetectionState = 'up';
       return true;

@@ -69,6 +69,9 @@ class ModelSpec:
     """Built file name → sha256."""
     browser: bool = False
     """Served to the browser under `/wasm_models/<name>/`."""
+    graph_optimization: str | None = None
+    """onnxruntime's graph optimizer is run on every `.onnx` the builder writes, at this level (`basic` or
+    `extended`; `voxline.convert.optimize`), so that the browser creates the session with its own optimizer off."""
 
     def packages(self) -> set[str]:
         return {m.package for i in self.inputs for m in i.members}
@@ -136,7 +139,20 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         inputs=tuple(_input(k, v) for k, v in raw["inputs"].items()),
         artifacts=dict(raw.get("artifacts", {})),
         browser=bool(raw.get("browser", False)),
+        graph_optimization=_graph_optimization(raw),
     )
+
+
+GRAPH_OPTIMIZATION_LEVELS = ("basic", "extended")
+"""Mirrors `voxline.convert.optimize.LEVELS` (that module is conversion-only; this one is read at serve time)."""
+
+
+def _graph_optimization(raw: dict[str, Any]) -> str | None:
+    level = raw.get("graph_optimization")
+    if level is not None and level not in GRAPH_OPTIMIZATION_LEVELS:
+        raise ValueError(f"model {raw['name']!r}: unknown graph_optimization {level!r} "
+                         f"(known: {', '.join(GRAPH_OPTIMIZATION_LEVELS)})")
+    return level
 
 
 def load_manifest(path: Path = MANIFEST_PATH) -> Manifest:

@@ -382,6 +382,12 @@ def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: 
     log(f"building {spec.name} ({spec.build})")
     try:
         BUILDERS[spec.build](manifest, spec, partial, log)
+        if spec.graph_optimization:
+            from voxline.convert.optimize import optimize_file
+
+            for onnx_file in sorted(partial.glob("*.onnx")):
+                log(f"optimizing {onnx_file.name} ({spec.graph_optimization})")
+                optimize_file(onnx_file, spec.graph_optimization)
         digests = {name: sha256_file(p) for name, p in _listing(partial).items()}
         if not record:
             _check_pins(spec, digests)

@@ -61,7 +61,8 @@ mimetypes.add_type("application/wasm", ".wasm")
 
 
 def browser_manifest(manifest: Manifest) -> dict:
-    """What the page needs to fetch and check its models and runtimes: URL, size and sha256 of each file.
+    """What the page needs to fetch and check its models and runtimes: URL, size and sha256 of each file, and the
+    level onnxruntime's optimizer already ran at when the model was built (`graph_optimization`, or null).
 
     A model's URL carries its digest (`?sha256=`), which makes it content-addressed: it is sent as immutable.
     """
@@ -79,7 +80,8 @@ def browser_manifest(manifest: Manifest) -> dict:
             }
             for artifact, digest in spec.artifacts.items()
         ]
-        models.append({"name": spec.name, "role": spec.role, "files": files})
+        models.append({"name": spec.name, "role": spec.role, "files": files,
+                       "graph_optimization": spec.graph_optimization})
     return {"version": __version__, "models": models, "runtimes": browser_runtimes()}
 
 

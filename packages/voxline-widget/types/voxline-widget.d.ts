@@ -15,7 +15,9 @@ export interface VoxlineEventBase {
 
 export interface VoxlineReadyDetail extends VoxlineEventBase {
   load_ms: number;
-  models: { name: string; bytes: number }[];
+  /** `graph_optimization`: the level onnxruntime's optimizer ran at when the server built the model (then the
+   * page creates its session with the optimizer off), or null. */
+  models: { name: string; bytes: number; graph_optimization: 'basic' | 'extended' | null }[];
   /** Whether the page is cross-origin isolated (then the recogniser runs multi-threaded). */
   isolated: boolean;
   threads: number;

@@ -1,0 +1,55 @@
+"""onnxruntime's graph optimizer, run once when a browser model is built instead of in every browser that loads it.
+
+Creating an onnxruntime-web session optimizes the graph first (fusions such as MatMulInteger + its scale into
+MatMulIntegerToFloat, or DynamicQuantizeLinear + MatMulInteger into DynamicQuantizeMatMul). In the browser that is
+about half of a session's start: the optimizer's passes are wasm compiled and run on first use in each worker
+(measured in node with onnxruntime-web 1.30, one thread, Whisper tiny's encoder and decoder: ~450-550 ms to create
+both with `all`, ~250-290 ms with the graph optimized here and the browser's optimizer off). So the server's build
+writes the optimized graph (`optimize_file`), the browser manifest says so (`graph_optimization`) and the page
+creates the session with its optimizer off (`web/voxline/ort.js`).
+
+What is kept out, and why:
+- **Constant folding.** It would store the float32 results of what the graphs compute from smaller initializers (the
+  float16 weights of `GraphBuilder.half_weight`, the STFT basis of `whisper_onnx.dft_basis_node`), undoing those
+  smaller files; those few nodes run at each inference instead (a cast of ~1 M numbers per encoder run).
+- **The layout level** (`all`): its transformations depend on the machine's instruction set; `extended`'s do not,
+  and onnxruntime-web's own `all` finds nothing more to do on these graphs (the sessions' outputs are identical).
+
+The optimized graph uses operators of onnxruntime's `com.microsoft` domain, which onnxruntime-web's wasm build runs;
+it stays a plain ONNX file that onnxruntime in Python loads as well. The output is deterministic (a pinned digest).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+LEVELS = ("basic", "extended")
+"""Levels a model may be optimized at when built (the manifest's `graph_optimization`)."""
+KEPT_OUT = ["ConstantFolding"]
+"""Optimizers not run (see the module docstring)."""
+
+
+def optimize_file(path: Path, level: str) -> None:
+    """Rewrite the ONNX file at `path` with its graph optimized by onnxruntime's CPU provider at `level`."""
+    import onnxruntime as ort
+
+    if level not in LEVELS:
+        raise ValueError(f"unknown graph optimization level {level!r} (known: {', '.join(LEVELS)})")
+    path = Path(path)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = {
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    }[level]
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3  # the optimizer's notes on nodes it leaves alone are not problems
+    fd, tmp = tempfile.mkstemp(suffix=".onnx", dir=path.parent)
+    os.close(fd)
+    try:
+        options.optimized_model_filepath = tmp
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=KEPT_OUT)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
