@@ -20,6 +20,8 @@ import pytest
 from voxline.bench.wer import normalise
 from voxline.convert import whisper_onnx
 from voxline.convert.ct2_reader import CT2FormatError, read_ct2_model
+from voxline.models import supply
+from voxline.models.manifest import load_manifest
 
 SR = whisper_onnx.SAMPLE_RATE
 PHRASES = (
@@ -153,12 +155,17 @@ def test_reader_reads_the_real_checkpoint(ct2_dir):
 # --- build outputs ------------------------------------------------------------------------------------------------
 
 
-def test_build_is_deterministic(ct2_dir, onnx_dir, tmp_path):
+def test_build_is_deterministic(ct2_dir, onnx_dir, tmp_path):  # ct2_dir: the source, built into the cache
     def digests(folder: Path) -> dict[str, str]:
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
-    written = whisper_onnx.build(ct2_dir, tmp_path / "again", log=lambda _: None)
-    assert sorted(p.name for p in written) == sorted(
+    # As `voxline models fetch` builds it: the converter, then onnxruntime's optimizer (convert/optimize.py).
+    manifest = load_manifest()
+    spec = manifest.model("whisper-tiny-en-onnx")
+    assert spec.graph_optimization == "extended"
+    (tmp_path / "again").mkdir()
+    supply.build_files(manifest, spec, tmp_path / "again", log=lambda _: None)
+    assert sorted(p.name for p in (tmp_path / "again").iterdir()) == sorted(
         [whisper_onnx.ENCODER_FILE, whisper_onnx.DECODER_FILE, whisper_onnx.TOKENS_FILE]
     )
     assert digests(tmp_path / "again") == digests(onnx_dir)

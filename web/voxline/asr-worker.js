@@ -32,8 +32,8 @@ async function init(msg) {
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   const ort = await startOrt(msg.threads, msg.ort);
   const table = JSON.parse(new TextDecoder().decode(msg.tokens));
-  const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder, msg.graphOptimization),
-    createSession(ort, msg.decoder, msg.graphOptimization)]);
+  const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder, { optimized: msg.graphOptimization }),
+    createSession(ort, msg.decoder, { optimized: msg.graphOptimization })]);
   whisper = new Whisper(ort, encoder, decoder, table);
   self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads });
   // The first run of a session is slow (allocation, kernel set-up): pay it now, queued like any decode, so it

@@ -69,7 +69,8 @@ let starting = null;
  */
 export function startOrt(threads, runtime = null) {
   starting ??= loadOrt(threads, runtime).then(async (ort) => {
-    await (await createSession(ort, START_MODEL)).release();
+    // Nothing to optimize in it: the optimizer off, so that none of its code is compiled for nothing.
+    await (await createSession(ort, START_MODEL, { optimized: 'identity' })).release();
     return ort;
   });
   return starting;
@@ -77,11 +78,12 @@ export function startOrt(threads, runtime = null) {
 
 /**
  * @param {any} ort @param {Uint8Array} bytes
- * @param {string|null} [optimized] the level onnxruntime's optimizer already ran at when the server built the model
- *   (the model manifest's `graph_optimization`, voxline/convert/optimize.py): such a session starts with the
- *   optimizer off, which spares about half of its start-up here; any other model is optimized here (`all`).
+ * @param {{optimized?: string|null}} [model] `optimized`: the level onnxruntime's optimizer already ran at when the
+ *   server built the model (the model manifest's `graph_optimization`, voxline/convert/optimize.py). Such a session
+ *   starts with the optimizer off, which spares about half of its start-up here; any other model is optimized here
+ *   (`all`).
  */
-export function createSession(ort, bytes, optimized = null) {
+export function createSession(ort, bytes, { optimized = null } = {}) {
   return ort.InferenceSession.create(bytes, {
     executionProviders: ['wasm'],
     graphOptimizationLevel: optimized ? 'disabled' : 'all',

@@ -14,7 +14,7 @@ self.onmessage = async ({ data: msg }) => {
   try {
     if (msg.type === 'init') {
       ort = await loadOrt(1, msg.ort);
-      session = await createSession(ort, msg.turnModel, msg.graphOptimization);
+      session = await createSession(ort, msg.turnModel, { optimized: msg.graphOptimization });
       await turnProb(new Float32Array(TURN_WINDOW)); // the first run compiles kernels: not on the first pause
       self.postMessage({ type: 'ready' });
     } else if (msg.type === 'check') {

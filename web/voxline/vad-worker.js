@@ -21,6 +21,10 @@ let turnWorker = null;
 /** smart-turn is loaded and warm (in its worker or here): pauses are asked about from then on. */
 let turnReady = false;
 let state, context, position, running = false;
+/** Settles once the detector's first run (its warm-up) is done: `listen` waits for it. */
+let warmedUp = Promise.resolve();
+/** Counts `listen` and `stop` messages: a `listen` still waiting for the warm-up when a `stop` came does nothing. */
+let listenGeneration = 0;
 
 self.onmessage = async (event) => {
   const msg = event.data;
@@ -29,9 +33,9 @@ self.onmessage = async (event) => {
     else if (msg.type === 'init') await init(msg);
     else if (msg.type === 'turn-model') await loadTurnModel(msg);
     else if (msg.type === 'block') ring.write(msg.samples);
-    else if (msg.type === 'listen') listen(msg.from);
+    else if (msg.type === 'listen') await listen(msg.from);
     else if (msg.type === 'asr-idle') asrIdle(msg.pauseId);
-    else if (msg.type === 'stop') running = false;
+    else if (msg.type === 'stop') stop();
   } catch (error) {
     self.postMessage({ type: 'error', code: 'vad_failed', message: `Voice detection failed: ${error.message}` });
   }
@@ -41,13 +45,15 @@ async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   ort = await startOrt(1, msg.ort);
-  vad = await createSession(ort, msg.vadModel, msg.graphOptimization);
+  vad = await createSession(ort, msg.vadModel, { optimized: msg.graphOptimization });
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
-  // The first run of a session compiles kernels; do it now rather than on the user's first word.
-  resetVadState();
-  await vadProb(new Float32Array(FRAME));
   self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported });
+  // The first run of a session compiles its kernels (~0.1 s): done now, after `ready`, while the page opens the
+  // microphone, rather than on the user's first frames; listening starts once it is done (`listen`), reading the
+  // ring from where the page says, so nothing captured meanwhile is lost.
+  resetVadState();
+  warmedUp = vadProb(new Float32Array(FRAME));
 }
 
 /**
@@ -59,7 +65,7 @@ async function loadTurnModel(msg) {
     if (settings.turnWorker) {
       await startTurnWorker(msg);
     } else {
-      turn = await createSession(ort, msg.turnModel, msg.graphOptimization);
+      turn = await createSession(ort, msg.turnModel, { optimized: msg.graphOptimization });
       await turnProb(new Float32Array(TURN_WINDOW)); // the first run compiles kernels: not on the first pause
     }
     turnReady = true;
@@ -130,12 +136,20 @@ function lastEightSeconds(start, end) {
   return window;
 }
 
-function listen(from) {
+async function listen(from) {
+  const generation = ++listenGeneration;
+  await warmedUp;
+  if (generation !== listenGeneration) return;
   resetVadState();
   endpointer.reset();
   position = from;
   running = true;
   loop();
+}
+
+function stop() {
+  listenGeneration++;
+  running = false;
 }
 
 async function loop() {

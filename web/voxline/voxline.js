@@ -128,6 +128,14 @@ export class Voxline {
         this.#fail('intent_cache_unavailable', `Local commands are off: the intent cache could not be opened (${error.message}).`);
         return null;
       });
+      // The workers start first (their scripts load meanwhile) and set up onnxruntime while the models are read
+      // (`runtime`, then `init`).
+      this.vadWorker = spawnWorker('./vad-worker.js');
+      this.asrWorker = spawnWorker('./asr-worker.js');
+      const vadReady = whenReady(this.vadWorker, 'voice detection');
+      const asrReady = whenReady(this.asrWorker, 'speech recognition');
+      vadReady.catch(() => {}); // awaited below; a worker that fails sooner is reported then
+      asrReady.catch(() => {});
       const manifest = await fetchManifest(this.base);
       const byRole = Object.fromEntries(manifest.models.map((m) => [m.role, m]));
       // What listening needs comes first; smart-turn (end of turn sooner than the hangover) comes after `ready`.
@@ -135,11 +143,6 @@ export class Voxline {
       const turnModel = byRole['browser-turn'];
       if (!turnModel || wanted.some((m) => !m)) throw new ModelLoadError('model_manifest_failed', 'The server lists no browser speech models; run `voxline models fetch` there.');
       const fetched = performance.now();
-      // The workers start now and set up onnxruntime while the models are read (`runtime`, then `init`).
-      this.vadWorker = spawnWorker('./vad-worker.js');
-      this.asrWorker = spawnWorker('./asr-worker.js');
-      const vadReady = whenReady(this.vadWorker, 'voice detection');
-      const asrReady = whenReady(this.asrWorker, 'speech recognition');
       // onnxruntime-web's wasm is fetched (and checked) and compiled once, here, and the module given to the workers.
       const ortRuntime = manifest.runtimes?.['onnxruntime-web'];
       const ortLoaded = (ortRuntime ? compileRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger)
@@ -152,8 +155,6 @@ export class Voxline {
         return runtime;
       });
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
-      vadReady.catch(() => {}); // awaited below; a worker that fails sooner is reported then
-      asrReady.catch(() => {});
       // Both, so that an altered runtime fails the load at once; `runtime` goes to each worker before its `init`.
       const [files, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger), ortLoaded]);
       const loaded = performance.now();

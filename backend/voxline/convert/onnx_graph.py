@@ -36,8 +36,9 @@ class GraphBuilder:
 
     def half_weight(self, name: str, array: np.ndarray) -> str:
         """A float32 weight whose values are all float16 numbers (CTranslate2 stores Whisper in float16), kept as
-        float16 and cast back in the graph: half the bytes, the same float32 values (onnxruntime folds the Cast when
-        the session is created). Refuses an array float16 cannot hold exactly."""
+        float16 and cast back in the graph: half the bytes, the same float32 values (a session with constant folding
+        folds the Cast once; the browser's, whose optimizer is off, casts at each run: `voxline.convert.optimize`).
+        Refuses an array float16 cannot hold exactly."""
         full = np.asarray(array, dtype=np.float32)
         half = full.astype(np.float16)
         if not np.array_equal(half.astype(np.float32), full):

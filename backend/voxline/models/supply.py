@@ -368,6 +368,18 @@ def require_models(manifest: Manifest, names: list[str]) -> None:
 # --- fetch -------------------------------------------------------------------------------------------------------
 
 
+def build_files(manifest: Manifest, spec: ModelSpec, out: Path, log: Log = stderr_log) -> None:
+    """Write one model's artifacts into the folder `out`: its builder, then onnxruntime's graph optimizer on each of
+    its `.onnx` files where the manifest asks for it (`graph_optimization`)."""
+    BUILDERS[spec.build](manifest, spec, out, log)
+    if spec.graph_optimization:
+        from voxline.convert.optimize import optimize_file
+
+        for onnx_file in sorted(out.glob("*.onnx")):
+            log(f"optimizing {onnx_file.name} ({spec.graph_optimization})")
+            optimize_file(onnx_file, spec.graph_optimization)
+
+
 def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: Log = stderr_log) -> dict[str, str]:
     """Build one model into a temporary folder, check every artifact's digest, then move it into place."""
     needs = CONVERT_MODULES.get(spec.build)
@@ -381,13 +393,7 @@ def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: 
     started = time.monotonic()
     log(f"building {spec.name} ({spec.build})")
     try:
-        BUILDERS[spec.build](manifest, spec, partial, log)
-        if spec.graph_optimization:
-            from voxline.convert.optimize import optimize_file
-
-            for onnx_file in sorted(partial.glob("*.onnx")):
-                log(f"optimizing {onnx_file.name} ({spec.graph_optimization})")
-                optimize_file(onnx_file, spec.graph_optimization)
+        build_files(manifest, spec, partial, log)
         digests = {name: sha256_file(p) for name, p in _listing(partial).items()}
         if not record:
             _check_pins(spec, digests)
