@@ -138,6 +138,29 @@ def test_an_altered_precompressed_file_is_never_sent(tmp_path, monkeypatch):
         sender.close()
 
 
+def test_a_variant_the_server_built_in_a_hurry_gives_way_to_the_built_one(tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path))
+    data = bytes(range(256)) * (assets.INLINE_MAX_BYTES // 256 + 1)  # big enough to use the files on disk
+    asset = Asset.of(data, "application/octet-stream")
+    sender = AssetSender()
+    response, _ = get(_app(asset, sender), "/a", "br")  # missing: the identity bytes now, built in the background
+    assert response.headers.get("content-encoding") is None
+    sender._builder.shutdown(wait=True)  # the background build, done
+    provisional, final = (assets.variant_path(asset.sha256, "br", provisional=p) for p in (True, False))
+    assert provisional.exists() and not final.exists()
+    sender = AssetSender()  # a server started now sends the provisional variant
+    try:
+        response, body = get(_app(asset, sender), "/a", "br")
+        assert response.headers["content-encoding"] == "br" and brotli.decompress(body) == data
+    finally:
+        sender.close()
+    # `voxline models fetch` builds the variants proper and drops the provisional ones.
+    assert assets.precompress([("a", asset)], log_line=lambda line: None) == 2
+    assert final.exists() and not provisional.exists()
+    assert not assets.variant_path(asset.sha256, "gzip", provisional=True).exists()
+    assert assets.precompress([("a", asset)], log_line=lambda line: None) == 0
+
+
 def test_precompress_skips_what_is_built(tmp_path, monkeypatch):
     monkeypatch.setenv(paths.CACHE_ENV, str(tmp_path))
     asset = Asset.of(b"voxline " * 1000, "text/javascript")
