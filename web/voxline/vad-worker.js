@@ -54,6 +54,7 @@ async function init(msg) {
   // ring from where the page says, so nothing captured meanwhile is lost.
   resetVadState();
   warmedUp = vadProb(new Float32Array(FRAME));
+  warmedUp.catch(() => {}); // a failure is reported when listening starts, which awaits it
 }
 
 /**
