@@ -15,8 +15,10 @@ What is kept out, and why:
   one thread; the decoder's steps and smart-turn's run are unchanged within noise).
 - **Silero VAD** (the manifest gives it no `graph_optimization`): without constant folding its per-frame run is
   slower (0.41 → 0.52 ms), and its session is not what `voxline:ready` waits for last (Whisper's are).
-- **The layout level** (`all`): its transformations depend on the machine's instruction set; `extended`'s do not,
-  and onnxruntime-web's own `all` finds nothing more to do on these graphs (the sessions' outputs are identical).
+- **The layout level** (`all`): it rewrites for the instruction set of the machine that runs it (NCHWc blocking).
+  The `extended` graphs built here compute, in onnxruntime-web with its optimizer off, exactly what the unoptimized
+  graphs compute there with `all` (cross K/V, logits, smart-turn's logit: bit for bit). Should a machine's onnxruntime
+  optimize differently, the pinned digests stop the build with a DigestMismatch rather than install it.
 
 The optimized graph uses operators of onnxruntime's `com.microsoft` domain, which onnxruntime-web's wasm build runs;
 it stays a plain ONNX file that onnxruntime in Python loads as well. The output is deterministic (a pinned digest).
