@@ -11,10 +11,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from voxline.convert.optimize import LEVELS, optimize_file
+from voxline.convert.optimize import optimize_file
 from voxline.convert.onnx_graph import GraphBuilder
 from voxline.convert.whisper_onnx import ENCODER_FILE, quantize
-from voxline.models.manifest import GRAPH_OPTIMIZATION_LEVELS, load_manifest
+from voxline.models.manifest import load_manifest
 from voxline.server.app import browser_manifest
 
 
@@ -73,10 +73,6 @@ def test_unknown_level_is_refused_and_the_file_kept(tmp_path):
         optimize_file(path, "all")
     assert path.read_bytes() == original
     assert list(tmp_path.glob("tmp*.onnx")) == []
-
-
-def test_manifest_levels_mirror_the_converter():
-    assert GRAPH_OPTIMIZATION_LEVELS == LEVELS
 
 
 def test_manifest_refuses_an_unknown_level(tmp_path):

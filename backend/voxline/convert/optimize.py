@@ -30,8 +30,8 @@ import os
 import tempfile
 from pathlib import Path
 
-LEVELS = ("basic", "extended")
-"""Levels a model may be optimized at when built (the manifest's `graph_optimization`)."""
+from voxline.models.manifest import GRAPH_OPTIMIZATION_LEVELS
+
 KEPT_OUT = ["ConstantFolding"]
 """Optimizers not run (see the module docstring)."""
 
@@ -40,8 +40,8 @@ def optimize_file(path: Path, level: str) -> None:
     """Rewrite the ONNX file at `path` with its graph optimized by onnxruntime's CPU provider at `level`."""
     import onnxruntime as ort
 
-    if level not in LEVELS:
-        raise ValueError(f"unknown graph optimization level {level!r} (known: {', '.join(LEVELS)})")
+    if level not in GRAPH_OPTIMIZATION_LEVELS:
+        raise ValueError(f"unknown graph optimization level {level!r} (known: {', '.join(GRAPH_OPTIMIZATION_LEVELS)})")
     path = Path(path)
     options = ort.SessionOptions()
     options.graph_optimization_level = {

@@ -144,7 +144,7 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
 
 
 GRAPH_OPTIMIZATION_LEVELS = ("basic", "extended")
-"""Mirrors `voxline.convert.optimize.LEVELS` (that module is conversion-only; this one is read at serve time)."""
+"""Levels a model may be optimized at when built (`voxline.convert.optimize.optimize_file`)."""
 
 
 def _graph_optimization(raw: dict[str, Any]) -> str | None:
