@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  commandConfidence, repeatStart, WhisperTokenizer, withoutTrailingRepeats, wordCount,
+  agreement, commandConfidence, repeatStart, WhisperTokenizer, withoutTrailingRepeats, wordCount,
 } from '../voxline/whisper.js';
 
 test('the repeat guard finds a restarted 3-gram and nothing else', () => {
@@ -18,7 +18,7 @@ test('byte-level tokens decode to UTF-8 text and skip special ids', () => {
 });
 
 test('command confidence: a probability that rises with the evidence for the reading', () => {
-  const base = { spelled: 0.5, margin: -1, freeConfidence: 0.5, readingWords: 3, freeWords: 3 };
+  const base = { spelled: 0.5, margin: -1, freeConfidence: 0.5, readingWords: 3, freeWords: 3, agreement: 0.8 };
   const p = commandConfidence(base);
   assert.ok(p > 0 && p < 1);
   assert.ok(commandConfidence({ ...base, spelled: 0.9 }) > p, 'better spelled');
@@ -26,6 +26,23 @@ test('command confidence: a probability that rises with the evidence for the rea
   const gain = commandConfidence({ ...base, margin: 2 });
   assert.equal(gain, commandConfidence({ ...base, margin: 0 }), 'a gain is no margin');
   assert.ok(commandConfidence({ ...base, readingWords: 1 }) < p, 'a command read into part of a sentence');
+  assert.ok(commandConfidence({ ...base, agreement: 0.1 }) < p, 'a reading the free transcript does not bear out');
+  const older = { bias: 1, spelled: 0.5, margin: 0.5, freeConfidence: 0.5, wordRatio: 2 };
+  assert.equal(commandConfidence({ ...base, agreement: 0 }, older), commandConfidence(base, older),
+    'a model fitted before the agreement existed gives it no weight');
+});
+
+test('agreement: letters and digits alike, case, spaces and punctuation aside', () => {
+  assert.equal(agreement('Pause.', 'pause'), 1);
+  assert.equal(agreement('Lights off', 'lightsoff!'), 1);
+  assert.equal(agreement('', '...'), 1, 'two texts without a letter');
+  assert.equal(agreement('Stop', ''), 0);
+  assert.equal(agreement('pause', 'Paul.'), 0.6, 'two letters of five differ');
+  assert.equal(agreement('abc', 'xyz'), 0);
+  assert.ok(agreement('What time is it?', 'One song.') < 0.2);
+  assert.equal(agreement('Volume to 40%', 'volume to 40'), 1);
+  assert.equal(agreement('Ünmute', 'unmute'), 5 / 6, 'accents are letters of their own');
+  assert.equal(agreement('resume', 'Reneu'), agreement('Reneu', 'resume'), 'symmetric');
 });
 
 test('words are counted as the confidence model counts them', () => {

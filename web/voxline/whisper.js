@@ -18,13 +18,15 @@
 // short utterance heard unsurely is decoded once more with a prompt of the grammar's short commands, and its
 // reading kept when it is more confident.
 // Command confidence: the probability that the reading is what was said, from a logistic model
-// (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over four
+// (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over five
 // things the decode knows: how well the reading's words are spelled (the geometric mean, over its word tokens, of
 // the probability of every token spelling the same word: " Stop", "stop", " STOP" count together; over free text,
 // a song name, plain token probabilities), its margin (log-likelihood below the decode it came from), the free
-// transcript's word confidence, and how many words the reading has beside the free transcript (a prompted decode
+// transcript's word confidence, how many words the reading has beside the free transcript (a prompted decode
 // that stops after "Stop." on "stop signs are red" reads a command into part of a sentence; a loop the repeat guard
-// cut counts once). Off (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials
+// cut counts once), and how alike the reading and the free transcript are, letter for letter (`agreement`): a
+// prompted decode of audio it cannot make out tends to copy a sentence of its prompt ("What time is it?" for "back
+// one song" heard as "One song"), which the free transcript does not bear out. Off (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials
 // (while the user speaks) get a reading only where the free transcript is one: no search, no second decode.
 import { foldToken } from './grammar-decode.js';
 
@@ -40,10 +42,11 @@ const WORD_BREAK = /[^\p{L}\p{N}%']+/u;
  * Coefficients of the command confidence (logistic: bias + Σ coefficient × feature), fitted by
  * `voxline bench readings --noise-snr-db 10 --fit` (the tuning set, 5 voices, each clean and with pink noise; its
  * sweep and reliability curve are cross-validated by sentence). Features: log spelled, min(0, margin), log free
- * word confidence, log((reading words + 1) / (free words + 1)).
+ * word confidence, log((reading words + 1) / (free words + 1)), agreement (see `agreement`). A model without an
+ * `agreement` coefficient (fitted before it existed) gives it none.
  */
 export const COMMAND_CONFIDENCE_MODEL = Object.freeze({
-  bias: 3.85, spelled: 0.32, margin: 0.44, freeConfidence: 0.53, wordRatio: 2.99,
+  bias: 2.72, spelled: 0.75, margin: 0.65, freeConfidence: 0.06, wordRatio: 2.42, agreement: 1.14,
 });
 
 /**
@@ -72,14 +75,37 @@ export function withoutTrailingRepeats(items, longest = REPEAT_NGRAM) {
 
 /**
  * The command confidence of a reading (see the header), in 0..1.
- * @param {{spelled: number, margin: number, freeConfidence: number, readingWords: number, freeWords: number}} f
+ * @param {{spelled: number, margin: number, freeConfidence: number, readingWords: number, freeWords: number,
+ *   agreement: number}} f
  */
 export function commandConfidence(f, model = COMMAND_CONFIDENCE_MODEL) {
   const log = (x) => Math.log(Math.max(x, 1e-4));
   const z = model.bias + model.spelled * log(f.spelled) + model.margin * Math.min(0, f.margin)
     + model.freeConfidence * log(f.freeConfidence)
-    + model.wordRatio * Math.log((f.readingWords + 1) / (f.freeWords + 1));
+    + model.wordRatio * Math.log((f.readingWords + 1) / (f.freeWords + 1))
+    + (model.agreement ?? 0) * f.agreement;
   return 1 / (1 + Math.exp(-z));
+}
+
+/**
+ * How alike two transcripts are, letter for letter, in 0..1: 1 − the edit distance between their letters and digits
+ * (case, spaces and punctuation left out) over the longer one's length. "Pause." / "pause" → 1, "Paul." / "pause." →
+ * 0.6, "What time is it?" / "One song." → 0.08; two empty texts → 1.
+ */
+export function agreement(a, b) {
+  const fold = (text) => [...text.normalize('NFKC').toLowerCase()].filter((ch) => HAS_WORD.test(ch));
+  const x = fold(a);
+  const y = fold(b);
+  if (!x.length && !y.length) return 1;
+  let row = Array.from({ length: y.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= x.length; i++) {
+    const next = [i];
+    for (let j = 1; j <= y.length; j++) {
+      next[j] = Math.min(row[j] + 1, next[j - 1] + 1, row[j - 1] + (x[i - 1] === y[j - 1] ? 0 : 1));
+    }
+    row = next;
+  }
+  return 1 - row[y.length] / Math.max(x.length, y.length);
 }
 
 /** GPT-2's byte-level alphabet: printable bytes map to themselves, the others to U+0100 onwards. */
@@ -420,7 +446,8 @@ export class Whisper {
   #confide(reading, free, settings) {
     if (!reading) return;
     reading.features = { spelled: reading.spelled, margin: reading.margin, freeConfidence: free.confidence,
-      readingWords: wordCount(reading.text), freeWords: wordCount(free.text, free.guard === 'repeat') };
+      readingWords: wordCount(reading.text), freeWords: wordCount(free.text, free.guard === 'repeat'),
+      agreement: agreement(reading.text, free.text) };
     reading.confidence = settings.calibratedCommandConfidence
       ? commandConfidence(reading.features, settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL)
       : reading.spelled * Math.exp(0.5 * Math.min(0, reading.margin));

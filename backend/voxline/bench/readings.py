@@ -8,9 +8,10 @@ defaults: command readings from the grammar's word graph, a prompted second deco
 (``grammarDecode`` off: the free transcript and its word confidence alone), `graph-prompt` (the short utterances'
 prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off), `confidence-dev-fit` (the command
 confidence refitted on 160 lines of the development set, ``commandConfidenceModel``: measured, not adopted; see the
-README). For each, the device's decision is scored the way the page makes it: a command reading at or above
-``commandMinConfidence``, else the free transcript at or above ``localIntentMinConfidence``, matched by the grammar
-engine; anything else goes to the server (no answer here).
+README), `confidence-before` (the command confidence as fitted before its `agreement` feature existed). For each, the
+device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
+the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
+the server (no answer here).
 
 The default set is `sets/tuning-en.txt`, on which the confidence gate was chosen; the held-out set for the whole
 pipeline is `sets/commands-en.jsonl` (`voxline bench intents --set`). Expected intents come from the grammar
@@ -54,10 +55,12 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "spelled": {"calibratedCommandConfidence": False, "commandMinConfidence": 0.35},
            "free": {"grammarDecode": False}, "graph-prompt": {"commandPromptFromSkills": False},
            "confidence-dev-fit": {"commandConfidenceModel": {
-               "bias": 3.7, "spelled": 0.56, "margin": 0.48, "freeConfidence": 0.88, "wordRatio": 1.74}}}
+               "bias": 3.7, "spelled": 0.56, "margin": 0.48, "freeConfidence": 0.88, "wordRatio": 1.74}},
+           "confidence-before": {"commandMinConfidence": 0.85, "commandConfidenceModel": {
+               "bias": 3.85, "spelled": 0.32, "margin": 0.44, "freeConfidence": 0.53, "wordRatio": 2.99}}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
-COMMAND_MIN_CONFIDENCE = 0.85
+COMMAND_MIN_CONFIDENCE = 0.75
 LOCAL_INTENT_MIN_CONFIDENCE = 0.5
 FIT_FOLDS = 5
 FIT_L2 = 1.0
@@ -141,10 +144,10 @@ def features(reading: dict) -> list[float]:
     """The confidence model's inputs, as whisper.js `commandConfidence` computes them from `reading.features`."""
     f = reading["features"]
     return [math.log(max(f["spelled"], 1e-4)), min(0.0, f["margin"]), math.log(max(f["freeConfidence"], 1e-4)),
-            math.log((f["readingWords"] + 1) / (f["freeWords"] + 1))]
+            math.log((f["readingWords"] + 1) / (f["freeWords"] + 1)), f["agreement"]]
 
 
-FEATURE_NAMES = ("spelled", "margin", "freeConfidence", "wordRatio")
+FEATURE_NAMES = ("spelled", "margin", "freeConfidence", "wordRatio", "agreement")
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = FIT_L2) -> np.ndarray:

@@ -163,6 +163,8 @@ export interface CommandConfidenceModel {
   margin: number;
   freeConfidence: number;
   wordRatio: number;
+  /** How alike the reading and the free transcript are (0..1); absent: no weight (a model fitted before it). */
+  agreement?: number;
 }
 
 /** The browser pipeline's named settings (web/voxline/settings.js, where each is explained); all optional. */
