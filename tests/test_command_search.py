@@ -33,3 +33,38 @@ def test_a_misheard_first_word_is_read_as_the_command_by_leaving_the_free_transc
         anchored_missed += before["command"] is None
     # the case this search exists for: the free transcript's first word was wrong in a way the grammar let pass
     assert anchored_missed >= 1, [r["text"] for r in out["backtrack"]]
+
+
+def test_an_utterance_that_opens_as_no_command_gets_no_reading(tmp_path):
+    """"Don't stop the music" must never be read as "stop the music", nor "who turned the lights off" as "turn the
+    lights off": where the free transcript opens with one of the language's `no_command_openings`, there is no
+    search and no prompted decode. Without the openings (the same skill file less that key) the search does find
+    those readings, which the grammar engine would act on."""
+    import yaml
+
+    from voxline.intents import load_grammar
+
+    skills = Path(__file__).resolve().parents[1] / "backend" / "voxline" / "intents" / "skills"
+    document = yaml.safe_load((skills / "en.yaml").read_text())
+    document.pop("no_command_openings")
+    (tmp_path / "en.yaml").write_text(yaml.safe_dump(document))
+    without = load_grammar([tmp_path / "en.yaml"])
+    grammar = builtin_grammar()
+    said = [("don't stop the music", "espeak-us-f3"), ("who turned the lights off", "espeak-us-f3"),
+            ("who turned the lights off", "hibari")]
+    clips = []
+    for i, (text, voice) in enumerate(said):
+        clips.append(tmp_path / f"{i}.f32")
+        _clip(text, voice, seed=i).astype(np.float32).tofile(clips[-1])
+    now = decode(clips, {"now": {}}, grammar)["now"]
+    before = decode(clips, {"before": {}}, without)["before"]
+    opened = 0
+    for (text, voice), row, old in zip(said, now, before):
+        assert row["text"] == old["text"], "the free decode does not depend on the openings"
+        words = normalize(row["text"]).split()
+        if words[:1] in (["dont"], ["who"]):
+            opened += 1
+            assert row["command"] is None, (text, voice, row)
+    assert opened >= 2, [row["text"] for row in now]
+    readings = [old["command"]["text"] for old in before if old["command"]]
+    assert any(recognize(normalize(reading), without, "en") for reading in readings), readings

@@ -493,3 +493,31 @@ def test_sound_alike_comes_from_the_skill_file(tmp_path):
     assert recognize("and lock", grammar) is None and recognize("and unlock", grammar).intent == "a.unlock"
     path.write_text("language: en\nskip_words: [and]\nintents:\n  a.lock: {sentences: [lock]}\n")
     assert recognize("and lock", load_grammar([path])).intent == "a.lock"
+
+
+def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_path):
+    from voxline.intents import GrammarError, load_grammar
+    from voxline.intents.lexicon import decoding_lexicon
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nno_command_openings: [\"don't\", how do]\n"
+                    "intents:\n  a.lock: {sentences: [lock, how to lock]}\n")
+    grammar = load_grammar([path])
+    assert grammar.language("en").no_command_openings == (("dont",), ("how", "do"))
+    assert decoding_lexicon(grammar)["no_command_openings"] == [["dont"], ["how", "do"]]
+    more = tmp_path / "more.yaml"
+    more.write_text("language: en\nno_command_openings: [who]\n")
+    assert load_grammar([path, more]).language("en").no_command_openings == (("dont",), ("how", "do"), ("who",))
+    path.write_text("language: en\nno_command_openings: [how to]\nintents:\n  a.lock: {sentences: [how to lock]}\n")
+    with pytest.raises(GrammarError, match="'how to' opens a template"):
+        load_grammar([path])
+
+
+def test_the_english_no_command_openings_are_no_commands(grammar):
+    """Every opening of en.yaml's list starts utterances the engine refuses as they are; the reading the browser
+    no longer looks for would have been a command without them."""
+    openings = grammar.language("en").no_command_openings
+    assert ("dont",) in openings and ("who",) in openings
+    for text in ["don't stop the music", "who turned the lights off", "why is the volume so low",
+                 "ask mum to pause the music", "please don't mute"]:
+        assert recognize(text, grammar) is None, text

@@ -108,3 +108,16 @@ test('the skill files\' own prompt commands come with the lexicon when it has th
   const prompt = [['stop'], ['pause', 'the', 'music']];
   assert.deepEqual(new CommandGraph({ ...LEXICON, prompt }).prompt, prompt);
 });
+
+test('openings of no command: whole words at the start of a transcript, as normalize.js reads them', () => {
+  const graph = new CommandGraph({ ...LEXICON, no_command_openings: [['dont'], ['who'], ['how', 'do']] });
+  assert.ok(graph.opensAsNoCommand("Don't stop the music."));
+  assert.ok(graph.opensAsNoCommand('DON’T pause'), 'case and a curly apostrophe');
+  assert.ok(graph.opensAsNoCommand('Who turned the lights off?'));
+  assert.ok(graph.opensAsNoCommand('how do timers work'));
+  assert.ok(!graph.opensAsNoCommand('how loud is it'), 'only the whole phrase');
+  assert.ok(!graph.opensAsNoCommand('Whoever you are, pause'), 'a whole word, not a prefix of one');
+  assert.ok(!graph.opensAsNoCommand("pause, don't stop"), 'only at the start');
+  assert.ok(!graph.opensAsNoCommand(''));
+  assert.ok(!new CommandGraph(LEXICON).opensAsNoCommand("Don't stop"), 'an older lexicon has none');
+});

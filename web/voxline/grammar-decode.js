@@ -6,9 +6,15 @@
 // not yet finished. Token text is folded as `normalize.js` folds a transcript (case, apostrophes deleted, `%` its
 // own word, any other punctuation or space a word break), so " Pause", "pause" and "PAUSE." walk alike.
 //
+// An utterance whose free transcript opens as no command does ("why ...", "don't ...": the lexicon's
+// `no_command_openings`) gets no command reading: a search would find one by leaving the opening out ("stop the
+// music" for "don't stop the music"), and the grammar engine, which refuses the whole, would accept that.
+//
 // Which way its errors go: the graph is lenient (free text takes any words), so a reading it accepts is only a
 // candidate; the page acts on it only if the grammar engine matches it too. A token it refuses is one no command
 // of the graph can contain; then the free transcript decides, as without this module.
+
+import { normalize } from './normalize.js';
 
 export const LEXICON_FORMAT = 1;
 /** The absorbing state of free text (a wildcard slot): any words, and a command may end. */
@@ -37,6 +43,8 @@ export class CommandGraph {
     /** Commands for a decoder prompt in the skill author's order (`voxline.intents.lexicon.prompt_commands`), as
      * words; null when the lexicon has none. */
     this.prompt = Array.isArray(lexicon.prompt) ? lexicon.prompt : null;
+    /** Openings of an utterance that is no command, as words (see the header); none in an older lexicon. */
+    this.noCommandOpenings = Array.isArray(lexicon.no_command_openings) ? lexicon.no_command_openings : [];
     /** Each node's words, sorted, for prefix checks by binary search. */
     this.sortedWords = this.nodes.map((n) => Object.keys(n.w ?? {}).sort());
     this.initial = { pairs: this.#closure([[lexicon.start, NO_RETURN]]), word: '' };
@@ -74,6 +82,13 @@ export class CommandGraph {
       }
     }
     return { pairs, word };
+  }
+
+  /** Whether `text` (a transcript) opens as no command does, by the lexicon's `no_command_openings`. */
+  opensAsNoCommand(text) {
+    if (!this.noCommandOpenings.length) return false;
+    const words = normalize(text).split(' ');
+    return this.noCommandOpenings.some((opening) => opening.every((word, i) => words[i] === word));
   }
 
   /** Whether a command may end in `state` (its unfinished word finished). */

@@ -264,8 +264,10 @@ export class Whisper {
       return result.cancelled ? result : { command: null, ...result, prompted: false, ...timing() };
     }
     // The free transcript (what the server gets) and, where it is a command, its reading: no extra work for a
-    // command heard well, nor for a clear question.
-    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, isFinal);
+    // command heard well, nor for a clear question. One that opens as no command does ("why ...", "don't ...")
+    // gets no reading at all: any would leave the opening out.
+    const searchable = (text) => isFinal() && !this.graph.opensAsNoCommand(text);
+    const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, searchable);
     if (free.cancelled) return free;
     this.#confide(free.command, free, settings);
     const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
@@ -273,7 +275,8 @@ export class Whisper {
     // A short utterance heard unsurely may be a command misheard: decode it again prompted with the grammar's
     // commands, and keep that reading if it is confident.
     const commandPrompt = (settings.commandPromptFromSkills && this.skillPrompt) || this.commandPrompt;
-    if (isFinal() && !sure && short && commandPrompt && free.confidence < settings.commandPromptBelowConfidence) {
+    if (searchable(free.text) && !sure && short && commandPrompt
+      && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
       this.#confide(prompted.command, free, settings);
@@ -284,13 +287,15 @@ export class Whisper {
     return { ...free, prompted: false, ...timing() };
   }
 
-  /** A decode after `prompt` and its command reading (`search()`: whether to look beyond the free transcript). */
+  /** A decode after `prompt` and its command reading (`search(text)`: whether to look beyond the free transcript
+   * `text`). */
   async #read(prompt, crossK, crossV, budget, settings, cancelled, search = () => true) {
     const decoded = await this.#decode(crossK, crossV, prompt, budget, cancelled);
     if (decoded.cancelled) return decoded;
     const { states, logprobs, eotLogprob, ...free } = decoded;
     const since = performance.now();
-    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled, search());
+    const command = await this.#commandReading(decoded, states, crossK, crossV, budget, settings, cancelled,
+      search(decoded.text));
     if (command?.cancelled) return command;
     if (command) command.ms = performance.now() - since;
     return { ...free, command };

@@ -10,6 +10,9 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
+    no_command_openings: [why, dont]     # an utterance that opens so is no command (a question about something,
+                                         # a message for someone else, a negated request): a recogniser's reading
+                                         # may not leave these words out; none may open a template
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
@@ -36,8 +39,8 @@ Template syntax is in the `expression` module. Quote templates in YAML: it reads
 Merging, file by file in order: a new intent is added; an existing one gets the new sentences appended (all of
 them replaced with ``replace: true``), its ``confirm`` replaced when given and its ``requires`` extended. Two
 ``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
-``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words, fillers and the
-words of ``asides`` accumulate.
+``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words, fillers, no-command
+openings and the words of ``asides`` accumulate.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
@@ -77,7 +80,8 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "asides"})
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "asides",
+                            "no_command_openings"})
 _ASIDE_KEYS = ("after_starts", "not_with", "not_before")
 _INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
 
@@ -134,6 +138,10 @@ class LanguageGrammar:
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
+        self.no_command_openings: tuple[tuple[str, ...], ...] = tuple(
+            sorted({tuple(normalize(phrase).split(" ")) for phrase in data.get("no_command_openings", [])}))
+        """Openings of an utterance that is no command ("why", "dont"): a recogniser's command reading may not drop
+        them (`voxline.intents.lexicon`); checked below to open no template."""
         asides = data.get("asides", {})
         self.asides: dict[str, frozenset[tuple[str, ...]]] = {
             key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in asides.get(key, []))
@@ -154,6 +162,10 @@ class LanguageGrammar:
             element for template in self.templates for expansion in template.expansions for element in expansion
             if isinstance(element, str))
         """Every literal word of the templates."""
+        for opening in self.no_command_openings:
+            if any(tuple(expansion[: len(opening)]) == opening for template in self.templates
+                   for expansion in template.expansions):
+                raise GrammarError(f"{lang}: the no-command opening {' '.join(opening)!r} opens a template")
 
     def _load_intent(self, name: str, spec: Mapping[str, Any], start: int) -> Intent:
         requires = frozenset(spec["requires"])
@@ -313,6 +325,9 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         target["rules"][str(name)] = _string(text, f"{where} rule {name}")
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
+    if "no_command_openings" in document:
+        target.setdefault("no_command_openings", []).extend(
+            _strings(document["no_command_openings"], f"{where} no_command_openings"))
     for phrase, start in _mapping(document.get("sound_alike"), f"{where} sound_alike").items():
         target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
     asides = _mapping(document.get("asides"), f"{where} asides")
@@ -414,6 +429,9 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "fillers": sorted(set(data.get("fillers", []))),
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
+            **({"no_command_openings": sorted(set(_strings(data["no_command_openings"],
+                                                           f"{lang} no_command_openings")))}
+               if data.get("no_command_openings") else {}),
             **({"asides": {key: sorted(set(_strings(phrases, f"{lang} asides {key}")))
                            for key, phrases in sorted(_mapping(data["asides"], f"{lang} asides").items())}}
                if data.get("asides") else {}),

@@ -19,7 +19,10 @@ each node a dict with any of
 - ``i``: on a node where commands end, their intent names (a decoder prompt shows one short command of each).
 
 ``prompt`` (optional) lists commands, as words, for a decoder prompt in the skill author's order
-(`prompt_commands`); without it the page picks the graph's shortest sentences.
+(`prompt_commands`); without it the page picks the graph's shortest sentences. ``no_command_openings`` (optional)
+lists, as words, the language's openings of an utterance that is no command ("why", "dont"): where the free
+transcript opens with one, the page looks for no command reading (one would leave the opening out: "stop the music"
+for "don't stop the music").
 
 Slot sub-graphs spell their values: a closed list its synonyms; a number its digits and English words; a
 duration the common spoken forms ("ten minutes", "an hour and a half", "90 seconds"), each one kept only if the
@@ -145,7 +148,8 @@ class _Builder:
         nodes, index = _merged(self.nodes, keep=(start, root, skip_tail))
         return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": index[start],
                 "root": index[root], "tail": index[skip_tail], "nodes": nodes,
-                "prompt": prompt_commands(self.language)}
+                "prompt": prompt_commands(self.language),
+                "no_command_openings": [list(opening) for opening in self.language.no_command_openings]}
 
     def _new(self, *, end: bool = False) -> int:
         self.nodes.append({"e": 1} if end else {})
