@@ -26,8 +26,10 @@
 // that stops after "Stop." on "stop signs are red" reads a command into part of a sentence; a loop the repeat guard
 // cut counts once), and how alike the reading and the free transcript are, letter for letter (`agreement`): a
 // prompted decode of audio it cannot make out tends to copy a sentence of its prompt ("What time is it?" for "back
-// one song" heard as "One song"), which the free transcript does not bear out. Off (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials
-// (while the user speaks) get a reading only where the free transcript is one: no search, no second decode.
+// one song" heard as "One song"), which the free transcript does not bear out. Off (`calibratedCommandConfidence`):
+// the design before, spelled × exp(½ · margin). Partials (while the user speaks) get a reading only where the free
+// transcript is one: no search, no second decode. A free transcript that opens as no command does (the lexicon's
+// `no_command_openings`: "don't ...", "who ...") gets none at all.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
