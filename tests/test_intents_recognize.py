@@ -514,8 +514,8 @@ def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_p
 
 
 def test_the_english_no_command_openings_are_no_commands(grammar):
-    """Every opening of en.yaml's list starts utterances the engine refuses as they are; the reading the browser
-    no longer looks for would have been a command without them."""
+    """Utterances that open with en.yaml's openings are refused by the engine as they are (the browser no longer
+    looks for a command reading of them, which would have left the opening out)."""
     openings = grammar.language("en").no_command_openings
     assert ("dont",) in openings and ("who",) in openings
     for text in ["don't stop the music", "who turned the lights off", "why is the volume so low",
