@@ -163,8 +163,13 @@ class LanguageGrammar:
             if isinstance(element, str))
         """Every literal word of the templates."""
         for opening in self.no_command_openings:
-            if any(tuple(expansion[: len(opening)]) == opening for template in self.templates
-                   for expansion in template.expansions):
+            node = self.trie.root
+            for word in opening:
+                next_node = node.words.get(word)
+                if next_node is None:
+                    break
+                node = next_node
+            else:
                 raise GrammarError(f"{lang}: the no-command opening {' '.join(opening)!r} opens a template")
 
     def _load_intent(self, name: str, spec: Mapping[str, Any], start: int) -> Intent:
