@@ -1,8 +1,9 @@
 """What a visit downloads, in real Chromium through a byte-counting proxy, and how altered runtimes are refused.
 
 A returning visit (the same profile, Chromium closed and started again) must send no model or runtime bytes: the
-models and the runtimes' wasm come from Cache Storage (checked against their sha256), the runtimes' scripts from
-the HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
+models and Pyodide's wasm come from Cache Storage, onnxruntime's wasm from the HTTP cache (where Chromium keeps the
+code it compiled) on the server's own origin, all checked against their sha256; the runtimes' scripts come from the
+HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ def test_a_returning_visit_sends_no_model_or_runtime_bytes(playwright, voxline_s
     assert resent == []
     assert returning["bytes"] < RETURNING_VISIT_MAX_BYTES, returning["resources"]
     assert returning["ready_reports"]["bytes"] == {"network": 0, "cache": first["ready_reports"]["bytes"]["network"]}
+    # onnxruntime's wasm was compiled from the on-disk HTTP cache's entry, beside which the browser keeps its code
+    stores = {f["name"]: f.get("cache") for f in returning["ready_reports"]["files"]}
+    assert stores == {"ort-wasm-simd-threaded.wasm": "http", "encoder.int8.onnx": "storage",
+                      "decoder.int8.onnx": "storage", "tokens.json": "storage", "silero_vad_v5.onnx": "storage"}
 
 
 def _tamper(route):
@@ -80,7 +85,11 @@ RECORD_READY = "document.addEventListener('voxline:ready', (e) => { window.__rea
 
 def _rewrite_cached_ort_wasm(page, voxline_server, rewrite: str):
     """Load the page, then let `rewrite`, the body of `async (cache, key, response) => ...`, replace onnxruntime's
-    cached wasm; returns what it returns."""
+    cached wasm; returns what it returns.
+
+    Routing a request turns Chromium's HTTP cache off for the page, so the page cannot take onnxruntime's wasm from
+    there (its first choice, see `compileRuntimeFile`) and goes to the Cache Storage entry under test."""
+    page.route("**/vendor/onnxruntime-web/**", lambda route: route.continue_())
     page.add_init_script(RECORD_ERROR)
     page.add_init_script(RECORD_READY)
     page.goto(voxline_server.url + "/")
@@ -97,7 +106,9 @@ def _ort_wasm_after_reload(page) -> dict:
     page.reload()
     wait_for_js(page, "window.__ready !== undefined", 60)
     assert page.evaluate("window.__errors ?? []") == []
-    return next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
+    wasm = next(f for f in page.evaluate("window.__ready.files") if f["name"] == "ort-wasm-simd-threaded.wasm")
+    assert wasm.get("cache") != "http"  # the HTTP cache is off here (see _rewrite_cached_ort_wasm)
+    return wasm
 
 
 def test_an_altered_cached_runtime_is_never_used(page, voxline_server):

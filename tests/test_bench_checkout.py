@@ -71,5 +71,5 @@ def test_outside_a_checkout_a_browser_bench_says_it_needs_one(installed_elsewher
 def test_outside_a_checkout_the_browser_benches_options_still_parse(installed_elsewhere):
     done = voxline(installed_elsewhere, "bench", "load-page", "--help")
     assert done.returncode == 0, done.stderr
-    assert "--returning {restart,same-context}" in done.stdout
+    assert "--returning {same-context,same-profile,restart}" in done.stdout
     assert "--profile {50mbit-40ms}" in done.stdout

@@ -445,7 +445,7 @@ def _add_bench_load_page(bench) -> None:
     parser.add_argument("--profile", choices=["50mbit-40ms"], help="throttle the link (default: loopback)")
     parser.add_argument("--page", dest="pages", action="append", choices=["demo", "widget"],
                         help="only this page (repeatable; default both)")
-    parser.add_argument("--returning", choices=["restart", "same-context"], default="same-context",
+    parser.add_argument("--returning", choices=["same-context", "same-profile", "restart"], default="same-context",
                         help="how the returning visit is made (default: same-context, as issue 18 measured)")
     parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
     parser.add_argument("--resources", action="store_true", help="list every resource")

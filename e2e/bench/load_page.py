@@ -39,6 +39,9 @@ RETURNING_MODES = {
                     "an in-memory HTTP cache that keeps no big file; issue 18's measurement)",
     "restart": "Chromium closed and started again on the same on-disk profile (a disk HTTP cache, where files "
                "without Cache-Control are kept for a heuristic time: ~10 % of their age)",
+    "same-profile": "a second page load in the same browser, on an on-disk profile, as a user's own browser has (a "
+                    "disk HTTP cache, beside which Chromium keeps the wasm code it compiled; an off-the-record "
+                    "context keeps neither)",
 }
 AFTER_READY_UP = ("{v}?.intents?.ready && ({v}.turnDetectionState === undefined "
                   "|| ['up', 'off'].includes({v}.turnDetectionState))")
@@ -67,6 +70,13 @@ def visit_pair(playwright, proxy: CountingProxy, url: str, engine_up: str, retur
                 finally:
                     context.close()
             return visits[0], visits[1]
+    if returning == "same-profile":
+        with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
+            context = persistent_context(playwright, Path(profile_dir), proxy)
+            try:
+                return visit(context, proxy, url, engine_up), visit(context, proxy, url, engine_up)
+            finally:
+                context.close()
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args])
     try:
         context = browser.new_context(permissions=["microphone"])
@@ -106,7 +116,7 @@ def _summary(transfers: list[Transfer], ready: dict, engine_s: float, errors: li
         "requests": len(transfers),
         "ready_ms": round(ready["t"]),
         "engine_ready_s": round(engine_s, 2),
-        "ready_reports": {k: ready.get(k) for k in ("load_ms", "phases", "bytes") if k in ready},
+        "ready_reports": {k: ready.get(k) for k in ("load_ms", "phases", "bytes", "files") if k in ready},
         "errors": [f"{e.get('code')}: {e.get('message')}" for e in errors],
         "resources": resources,
     }
