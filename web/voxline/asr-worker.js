@@ -7,8 +7,6 @@ import { Whisper } from './whisper.js';
 import { CommandGraph } from './grammar-decode.js';
 
 let whisper, ring, settings;
-/** Whisper's files by name, each resolved when the page sends it (`file`, as soon as it is read and checked). */
-const files = new Map();
 /** @type {{id: number, final: boolean}|null} */
 let current = null;
 /** @type {any[]} */
@@ -19,7 +17,6 @@ self.onmessage = async (event) => {
   try {
     if (msg.type === 'runtime') await startOrt(msg.threads, msg.ort); // while the page reads the models
     else if (msg.type === 'init') await init(msg);
-    else if (msg.type === 'file') fileArrived(msg.name).resolve(msg.bytes);
     else if (msg.type === 'block') ring.write(msg.samples);
     else if (msg.type === 'decode') enqueue(msg);
     else if (msg.type === 'cancel') cancel(msg.id);
@@ -30,26 +27,13 @@ self.onmessage = async (event) => {
   }
 };
 
-/** @param {string} name @returns {{promise: Promise<Uint8Array>, resolve: (bytes: Uint8Array) => void}} */
-function fileArrived(name) {
-  if (!files.has(name)) {
-    let resolve;
-    const promise = new Promise((r) => { resolve = r; });
-    files.set(name, { promise, resolve });
-  }
-  return files.get(name);
-}
-
-/** Each session is created as soon as its file is here (the encoder's while the page still reads the decoder). */
 async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   const ort = await startOrt(msg.threads, msg.ort);
-  const session = async (name) => createSession(ort, await fileArrived(name).promise, { optimized: msg.graphOptimization });
-  const [encoder, decoder, tokens] = await Promise.all([session('encoder.int8.onnx'), session('decoder.int8.onnx'),
-    fileArrived('tokens.json').promise]);
-  files.clear();
-  const table = JSON.parse(new TextDecoder().decode(tokens));
+  const table = JSON.parse(new TextDecoder().decode(msg.tokens));
+  const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder, { optimized: msg.graphOptimization }),
+    createSession(ort, msg.decoder, { optimized: msg.graphOptimization })]);
   whisper = new Whisper(ort, encoder, decoder, table);
   self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads });
   // The first run of a session is slow (allocation, kernel set-up): pay it now, queued like any decode, so it

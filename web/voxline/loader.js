@@ -187,12 +187,9 @@ export async function loadRuntimeFile(runtime, name, base, ledger = null) {
  * @param {ModelEntry[]} models
  * @param {URL|string} base
  * @param {(fraction: number, loaded: number, total: number) => void} onProgress
- * @param {LoadLedger|null} ledger
- * @param {(model: string, file: string, bytes: Uint8Array) => void} onFile each file as soon as it is loaded and
- *   checked (so that a worker may start on it while the others are still read)
  * @returns {Promise<Record<string, Record<string, Uint8Array>>>} model name → file name → bytes
  */
-export async function loadModels(models, base, onProgress = () => {}, ledger = null, onFile = () => {}) {
+export async function loadModels(models, base, onProgress = () => {}, ledger = null) {
   const total = models.flatMap((m) => m.files).reduce((sum, f) => sum + f.size, 0);
   let loaded = 0;
   const report = (n) => {
@@ -204,7 +201,6 @@ export async function loadModels(models, base, onProgress = () => {}, ledger = n
     out[model.name] = {};
     await Promise.all(model.files.map(async (file) => {
       out[model.name][file.name] = (await loadFile(file, base, report, { ledger })).bytes;
-      onFile(model.name, file.name, out[model.name][file.name]);
     }));
   }));
   onProgress(1, total, total);

@@ -155,27 +155,20 @@ export class Voxline {
         return runtime;
       });
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
-      const [asrEntry, vadEntry] = wanted;
-      // Each worker gets its `init` once the runtime is there (`runtime` must come first; from a server that lists
-      // none, each worker loads its own), and each model file as soon as it is read and checked: the VAD's model
-      // and Whisper's encoder are read long before Whisper's decoder, and their sessions are created meanwhile. The
-      // bytes are moved, not copied: the page keeps none of them.
-      const initsSent = ortLoaded.then(() => {
-        this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer,
-          threads: this.settings.asrThreads, graphOptimization: asrEntry.graph_optimization ?? null });
-      });
-      initsSent.catch(() => {}); // a runtime that failed fails the load below
-      const handOver = (model, name, bytes) => initsSent.then(() => {
-        if (model === vadEntry.name) {
-          this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel: bytes,
-            graphOptimization: vadEntry.graph_optimization ?? null }, [bytes.buffer]);
-        } else {
-          this.asrWorker.postMessage({ type: 'file', name, bytes }, [bytes.buffer]);
-        }
-      }, () => {});
-      // Both, so that an altered runtime fails the load at once.
-      const [, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger, handOver), ortLoaded]);
+      // Both, so that an altered runtime fails the load at once; `runtime` goes to each worker before its `init`.
+      const [files, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger), ortLoaded]);
       const loaded = performance.now();
+      const [asrEntry, vadEntry] = wanted;
+      const [asr, vad] = wanted.map((m) => files[m.name]);
+      // The runtime went with `runtime` (from a server that lists none, each worker loads its own). The model bytes
+      // are moved, not copied: the page keeps none of them.
+      const vadModel = vad['silero_vad_v5.onnx'];
+      this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel,
+        graphOptimization: vadEntry.graph_optimization ?? null }, [vadModel.buffer]);
+      const { 'encoder.int8.onnx': encoder, 'decoder.int8.onnx': decoder, 'tokens.json': tokens } = asr;
+      this.asrWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, threads: this.settings.asrThreads,
+        encoder, decoder, tokens, graphOptimization: asrEntry.graph_optimization ?? null },
+        [encoder.buffer, decoder.buffer, tokens.buffer]);
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
         workers_ms: performance.now() - loaded };
