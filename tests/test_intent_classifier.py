@@ -279,10 +279,28 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("pause for a bit would you", None), ("i don't want any more music", None), ("never mind the timer", None),
     ("how late is it right now", None), ("tell me the time", None), ("can you stop the song for a little while", None),
 ])
-def test_plain_questions_messages_and_negated_requests_are_not_asked(text, why):
+def test_plain_questions_messages_and_negated_requests_are_not_asked(grammar, text, why):
     from voxline.server.intent_classifier import not_a_request
 
-    assert not_a_request(text) == why
+    assert not_a_request(text, grammar.language("en")) == why
+
+
+def test_the_refused_openings_are_the_skill_files_not_the_classifiers(tmp_path):
+    """The classifier refuses by the openings (and their kinds) of the grammar it serves, which are those the browser
+    reads no command after: a skill file that adds one changes both, and a bare list is of one kind."""
+    from voxline.intents import builtin_skill_paths, load_grammar
+    from voxline.server.intent_classifier import not_a_request
+
+    extra = tmp_path / "mine.yaml"
+    extra.write_text("language: en\nno_command_openings:\n  someone_else: [remind grandad]\n  rhetorical: [guess what]\n")
+    english = load_grammar([*builtin_skill_paths(), extra]).language("en")
+    assert not_a_request("remind grandad to turn off the lights", english) == "someone_else"
+    assert not_a_request("guess what turn the music up", english) == "rhetorical"
+    assert not_a_request("why is the music so loud", english) == "question"  # the built-in kinds are kept
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("language: en\nno_command_openings: [guess what]\nintents: {a.b: {sentences: [turn it up]}}\n")
+    assert not_a_request("guess what turn it up", load_grammar([bare]).language("en")) == "no_command"
+    assert not_a_request("turn it up", load_grammar([bare]).language("en")) is None
 
 
 def test_a_question_about_a_command_word_is_refused_before_the_model(classifier, monkeypatch):

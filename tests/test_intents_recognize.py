@@ -6,7 +6,8 @@ import importlib
 
 import pytest
 
-from voxline.intents import Grammar, Match, builtin_grammar, compile_documents, could_change, is_prefix, recognize
+from voxline.intents import (Grammar, Match, builtin_grammar, compile_documents, could_change, is_prefix, normalize,
+                             recognize)
 from voxline.intents.expression import SlotRef
 
 
@@ -511,6 +512,33 @@ def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_p
     path.write_text("language: en\nno_command_openings: [how to]\nintents:\n  a.lock: {sentences: [how to lock]}\n")
     with pytest.raises(GrammarError, match="'how to' opens a template"):
         load_grammar([path])
+
+
+def test_no_command_openings_have_kinds_that_merge_and_never_clash(tmp_path):
+    from voxline.intents import GrammarError, load_grammar
+    from voxline.intents.grammar import compile_yaml
+
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("language: en\nno_command_openings: {question: [why], negated: [\"don't\"]}\n"
+                     "intents:\n  a.lock: {sentences: [lock]}\n")
+    second.write_text("language: en\nno_command_openings: {question: [who]}\n")
+    english = load_grammar([first, second]).language("en")
+    assert english.no_command_kinds == {("why",): "question", ("who",): "question", ("dont",): "negated"}
+    assert english.no_command_kind(["who", "locked", "it"]) == "question" and english.no_command_kind(["lock"]) is None
+    assert compile_yaml([second, first]) == compile_yaml([first, second])  # canonical: kinds and phrases sorted
+    second.write_text("language: en\nno_command_openings: {negated: [why]}\n")
+    with pytest.raises(GrammarError, match="'why' is of two kinds"):
+        load_grammar([first, second])
+    second.write_text("language: en\nno_command_openings: {Not A Kind: [why]}\n")
+    with pytest.raises(GrammarError, match="is no kind"):
+        load_grammar([first, second])
+
+
+def test_the_chinese_question_openings_are_no_commands(grammar):
+    chinese = grammar.language("zh")
+    for text in ["为什么灯关了", "谁把音乐关了", "什么时候开灯"]:
+        assert chinese.no_command_kind(normalize(text).split()) == "question", text
+    assert chinese.no_command_kind(normalize("别放了").split()) is None  # a request to stop, not a negated one
 
 
 def test_the_english_no_command_openings_are_no_commands(grammar):

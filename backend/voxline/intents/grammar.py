@@ -10,9 +10,10 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
-    no_command_openings: [why, dont]     # an utterance that opens so is no command (a question about something,
-                                         # a message for someone else, a negated request): a recogniser's reading
-                                         # may not leave these words out; none may open a template
+    no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
+      question: [why, how do]            # not leave these words out, and the server's classifier refuses it as
+      negated: [dont]                    # of this kind (`no_command_kind`); none may open a template (a bare
+                                         # list is of the kind `no_command`)
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
@@ -53,7 +54,7 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,9 @@ SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "asides",
                             "no_command_openings"})
 _ASIDE_KEYS = ("after_starts", "not_with", "not_before")
+NO_COMMAND_KIND = "no_command"
+"""The kind of a no-command opening given in a bare list."""
+OPENING_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
 _INTENT_KEYS = frozenset({"sentences", "confirm", "requires", "replace"})
 
 
@@ -138,10 +142,17 @@ class LanguageGrammar:
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
-        self.no_command_openings: tuple[tuple[str, ...], ...] = tuple(
-            sorted({tuple(normalize(phrase).split(" ")) for phrase in data.get("no_command_openings", [])}))
-        """Openings of an utterance that is no command ("why", "dont"): a recogniser's command reading may not drop
-        them (`voxline.intents.lexicon`); checked below to open no template."""
+        self.no_command_kinds: dict[tuple[str, ...], str] = {}
+        """Openings of an utterance that is no command ("why", "dont"), each with its kind ("question", "negated"):
+        a recogniser's command reading may not drop them (`voxline.intents.lexicon`), the server's classifier
+        refuses such an utterance without asking its model; checked below to open no template."""
+        for kind, phrases in sorted(_opening_kinds(data.get("no_command_openings"), lang).items()):
+            for phrase in phrases:
+                opening = tuple(normalize(phrase).split(" "))
+                if self.no_command_kinds.setdefault(opening, kind) != kind:
+                    raise GrammarError(f"{lang}: the no-command opening {phrase!r} is of two kinds, "
+                                       f"{self.no_command_kinds[opening]} and {kind}")
+        self.no_command_openings: tuple[tuple[str, ...], ...] = tuple(sorted(self.no_command_kinds))
         asides = data.get("asides", {})
         self.asides: dict[str, frozenset[tuple[str, ...]]] = {
             key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in asides.get(key, []))
@@ -171,6 +182,13 @@ class LanguageGrammar:
                 node = next_node
             else:
                 raise GrammarError(f"{lang}: the no-command opening {' '.join(opening)!r} opens a template")
+
+    def no_command_kind(self, tokens: Sequence[str]) -> str | None:
+        """The kind of the no-command opening that `tokens` (normalised words) open with, else None."""
+        for opening, kind in self.no_command_kinds.items():
+            if tuple(tokens[: len(opening)]) == opening:
+                return kind
+        return None
 
     def _load_intent(self, name: str, spec: Mapping[str, Any], start: int) -> Intent:
         requires = frozenset(spec["requires"])
@@ -331,8 +349,8 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
     if "no_command_openings" in document:
-        target.setdefault("no_command_openings", []).extend(
-            _strings(document["no_command_openings"], f"{where} no_command_openings"))
+        for kind, phrases in _opening_kinds(document["no_command_openings"], where).items():
+            target.setdefault("no_command_openings", {}).setdefault(kind, []).extend(phrases)
     for phrase, start in _mapping(document.get("sound_alike"), f"{where} sound_alike").items():
         target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
     asides = _mapping(document.get("asides"), f"{where} asides")
@@ -434,8 +452,8 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "fillers": sorted(set(data.get("fillers", []))),
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
-            **({"no_command_openings": sorted(set(_strings(data["no_command_openings"],
-                                                           f"{lang} no_command_openings")))}
+            **({"no_command_openings": {kind: sorted(set(phrases)) for kind, phrases in
+                                        sorted(_opening_kinds(data["no_command_openings"], lang).items())}}
                if data.get("no_command_openings") else {}),
             **({"asides": {key: sorted(set(_strings(phrases, f"{lang} asides {key}")))
                            for key, phrases in sorted(_mapping(data["asides"], f"{lang} asides").items())}}
@@ -450,6 +468,20 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise GrammarError(f"{where}: expected a mapping, got {type(value).__name__}")
     return value
+
+
+def _opening_kinds(value: Any, where: str) -> dict[str, list[str]]:
+    """``no_command_openings``: kind → phrases (a bare list is of the kind ``no_command``); empty when absent."""
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return {NO_COMMAND_KIND: _strings(value, f"{where} no_command_openings")}
+    kinds = {}
+    for kind, phrases in _mapping(value, f"{where} no_command_openings").items():
+        if not isinstance(kind, str) or not OPENING_KIND.fullmatch(kind):
+            raise GrammarError(f"{where} no_command_openings: {kind!r} is no kind (a name such as question)")
+        kinds[kind] = _strings(phrases, f"{where} no_command_openings {kind}")
+    return kinds
 
 
 def _string(value: Any, where: str) -> str:

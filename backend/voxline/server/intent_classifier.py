@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from voxline.intents import Grammar, Match, normalize, recognize
 from voxline.intents.expression import SlotRef
+from voxline.intents.grammar import LanguageGrammar
 from voxline.intents.slots import Wildcard
 from voxline.paths import model_dir
 from voxline.server.intent_neighbours import IndexCache, IntentNeighbours, Neighbour
@@ -203,19 +204,6 @@ def domain_vocabulary(grammar: Grammar, lang: str = COMMAND_LANG) -> frozenset[s
     return frozenset(words - FUNCTION_WORDS)
 
 
-NOT_A_REQUEST_OPENINGS = tuple(tuple(p.split()) for p in (
-    "why", "who", "whom", "whose", "when", "where", "how do", "how does", "how did", "how many", "how much",
-    "how can", "how come", "what does", "what do", "what is a", "what is an",
-    "whats a", "whats an", "what are", "what happens", "what would", "is it true", "ask", "tell him", "tell her",
-    "tell them", "tell dad", "tell mum", "tell mom",
-))
-"""English openings of an utterance that is not a request for this assistant to act: a question about something
-("what does mute mean", "how do timers work"), or a message for someone else ("ask mum to turn off the lights")."""
-NEGATED_OPENINGS = tuple(tuple(p.split()) for p in ("dont", "do not", "please dont", "please do not", "no dont"))
-"""A request negated at its start ("please don't mute yourself") must never act. "I don't want any more music" is
-a request all the same, so only the opening counts."""
-
-
 OTHER_THINGS = frozenset(
     "alarm alarms tv television telly oven stove hob dishwasher blinds curtains heating heater thermostat fan "
     "kettle door doors lock car remind reminder reminders calendar shopping weather phone fridge microwave vacuum "
@@ -228,17 +216,17 @@ OWN_THINGS = frozenset(
 """What these intents act on: an utterance that names one of them too ("I need a reminder, set a timer") is asked."""
 
 
-def not_a_request(utterance: str) -> str | None:
-    """Why `utterance` is plainly not a request to act (`question`, `someone_else`, `negated`, `something_else`: it
-    names a device or skill this assistant has not), else ``None``: the classifier is not asked then. English
-    only; it errs towards asking (a request phrased oddly still reaches the model), so it only spares out-of-domain
-    lines the model would sometimes have rewritten into a command."""
+def not_a_request(utterance: str, language: LanguageGrammar) -> str | None:
+    """Why `utterance` is plainly not a request to act, else ``None``: the classifier is not asked then. The kind of
+    the language's no-command opening it starts with (en.yaml's `no_command_openings`: `question` "what does mute
+    mean", `someone_else` "ask mum to pause it", `negated` "please don't mute yourself"; the same openings after
+    which the browser reads no command), or `something_else`: it names a device or skill this assistant has not
+    (English only). It errs towards asking (a request phrased oddly still reaches the model), so it only spares
+    out-of-domain lines the model would sometimes have rewritten into a command. "I don't want any more music" is
+    a request all the same: only the opening counts."""
     tokens = normalize(utterance).split()
-    for opening in NOT_A_REQUEST_OPENINGS:
-        if tuple(tokens[: len(opening)]) == opening:
-            return "someone_else" if opening[0] in ("ask", "tell") else "question"
-    if any(tuple(tokens[: len(opening)]) == opening for opening in NEGATED_OPENINGS):
-        return "negated"
+    if (kind := language.no_command_kind(tokens)) is not None:
+        return kind
     if any(token in OTHER_THINGS for token in tokens) and not any(token in OWN_THINGS for token in tokens):
         return "something_else"
     return None
@@ -352,7 +340,7 @@ class LLMClassifier:
             return Classification(None, NONE, 0.0, "too_long")
         if lang == COMMAND_LANG and not could_be_command(text, self._vocabulary):
             return Classification(None, NONE, 0.0, "off_domain", time.perf_counter() - started)
-        if lang == COMMAND_LANG and (why := not_a_request(text)) is not None:
+        if lang == COMMAND_LANG and (why := not_a_request(text, self.grammar.language(COMMAND_LANG))) is not None:
             return Classification(None, NONE, 0.0, why, time.perf_counter() - started)
         reply, prob = self.rewrite(text)
         match = parse_command(reply, self.grammar)
