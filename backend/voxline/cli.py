@@ -447,6 +447,8 @@ def _add_bench_load_page(bench) -> None:
                         help="only this page (repeatable; default both)")
     parser.add_argument("--returning", choices=["same-context", "same-profile", "restart"], default="same-context",
                         help="how the returning visit is made (default: same-context, as issue 18 measured)")
+    parser.add_argument("--returns", type=int, default=1, metavar="N",
+                        help="returning visits one after another (default 1)")
     parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
     parser.add_argument("--resources", action="store_true", help="list every resource")
     parser.set_defaults(func=_cmd_bench)

@@ -58,29 +58,33 @@ def persistent_context(playwright, profile_dir: Path, proxy: CountingProxy):
         permissions=["microphone"])
 
 
-def visit_pair(playwright, proxy: CountingProxy, url: str, engine_up: str, returning: str) -> tuple[dict, dict]:
-    """A first and a returning visit of `url` (see RETURNING_MODES)."""
+def visit_series(playwright, proxy: CountingProxy, url: str, engine_up: str, returning: str,
+                 returns: int) -> tuple[dict, list[dict]]:
+    """A first visit of `url`, then `returns` returning visits one after another (see RETURNING_MODES): a browser
+    keeps more of the wasm it compiled the more often the page has run (Chromium's code cache grows as code is
+    optimised), so a returning visit after several differs from the first return."""
     if returning == "restart":
         with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
             visits = []
-            for _ in range(2):
+            for _ in range(1 + returns):
                 context = persistent_context(playwright, Path(profile_dir), proxy)
                 try:
                     visits.append(visit(context, proxy, url, engine_up))
                 finally:
                     context.close()
-            return visits[0], visits[1]
+            return visits[0], visits[1:]
     if returning == "same-profile":
         with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
             context = persistent_context(playwright, Path(profile_dir), proxy)
             try:
-                return visit(context, proxy, url, engine_up), visit(context, proxy, url, engine_up)
+                return visit(context, proxy, url, engine_up), [visit(context, proxy, url, engine_up)
+                                                               for _ in range(returns)]
             finally:
                 context.close()
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args])
     try:
         context = browser.new_context(permissions=["microphone"])
-        return visit(context, proxy, url, engine_up), visit(context, proxy, url, engine_up)
+        return visit(context, proxy, url, engine_up), [visit(context, proxy, url, engine_up) for _ in range(returns)]
     finally:
         browser.close()
 
@@ -131,8 +135,9 @@ def _short(url: str) -> str:
 
 
 def run(server_url: str, host_port: int | None, profile_name: str | None, pages: list[str],
-        returning: str = "same-context") -> dict:
-    """Cold and warm visits of each page in `pages` ('demo', 'widget')."""
+        returning: str = "same-context", returns: int = 1) -> dict:
+    """Cold and warm visits of each page in `pages` ('demo', 'widget'): `returns` returning visits, the first as
+    `returning`, the others as `returning_later`."""
     from playwright.sync_api import sync_playwright
 
     profile = PROFILES[profile_name] if profile_name else None
@@ -149,9 +154,11 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
         with CountingProxy(profile) as proxy, sync_playwright() as pw:
             for name in pages:
                 url, engine_up = targets[name]
-                cold, warm = visit_pair(pw, proxy, url, engine_up, returning)
-                out["pages"][name] = {"first": cold, "returning": warm}
-                for kind, result in (("first", cold), ("returning", warm)):
+                cold, warm = visit_series(pw, proxy, url, engine_up, returning, returns)
+                out["pages"][name] = {"first": cold, "returning": warm[0],
+                                      **({"returning_later": warm[1:]} if returns > 1 else {})}
+                labels = ["first", "returning", *(f"return {k}" for k in range(2, returns + 1))]
+                for kind, result in zip(labels, (cold, *warm)):
                     print(f"{name:6} {kind:9} {result['bytes'] / 1e6:8.2f} MB in {result['requests']:3} requests, "
                           f"ready {result['ready_ms'] / 1000:5.2f} s, all loaded (grammar engine, turn model) "
                           f"{result['engine_ready_s']:5.2f} s",
@@ -164,8 +171,11 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
 
 def main(args) -> int:
     pages = args.pages or ["demo", "widget"]
+    if args.returns < 1:
+        print("voxline bench load-page: --returns must be 1 or more", file=sys.stderr)
+        return 2
     if args.url:
-        result = run(args.url.rstrip("/"), args.host_port, args.profile, pages, args.returning)
+        result = run(args.url.rstrip("/"), args.host_port, args.profile, pages, args.returning, args.returns)
     else:
         import socket
 
@@ -176,10 +186,10 @@ def main(args) -> int:
             host_port = args.host_port or sock.getsockname()[1]
         settings = Settings.from_env(allowed_origins=f"http://localhost:{host_port}")
         with ServerThread(settings) as server:
-            result = run(server.url, host_port, args.profile, pages, args.returning)
+            result = run(server.url, host_port, args.profile, pages, args.returning, args.returns)
     if not args.resources:
         for page in result["pages"].values():
-            for visit in page.values():
+            for visit in (page["first"], page["returning"], *page.get("returning_later", [])):
                 visit["resources"] = visit["resources"][:args.top]
     print(json.dumps(result, indent=2))
     return 0
