@@ -17,14 +17,17 @@
 //
 // Pyodide comes from its versioned URL folder (the manifest's `runtime`); its wasm and standard library, the bulk of
 // it, are checked against their pinned sha256 and kept in Cache Storage (loader.js), as the models are: a returning
-// visit downloads none of it, and an altered copy is refused (`runtime_corrupt`).
-import { loadRuntimeFile } from './loader.js';
+// visit downloads none of it, and an altered copy is refused (`runtime_corrupt`). Its wasm is compiled here, as
+// onnxruntime's is on the page (`compileRuntimeFile`: from the HTTP cache where it can, so that the browser's
+// compiled code is used again), and Pyodide instantiates that module.
+import { compileRuntimeFile, instantiateOnce, loadRuntimeFile } from './loader.js';
 
 /** Where the unversioned runtime is, for a server whose manifest names none. */
 const PYODIDE_FALLBACK_BASE = new URL('../vendor/pyodide/', import.meta.url);
 const MANIFEST_URL = new URL('../intents/manifest.json', import.meta.url);
 /** Pyodide's files that are read as bytes (checked and cached here), by the media type they are served as. */
-const CHECKED_RUNTIME_FILES = Object.freeze({ 'pyodide.asm.wasm': 'application/wasm', 'python_stdlib.zip': 'application/zip' });
+const CHECKED_RUNTIME_FILES = Object.freeze({ 'python_stdlib.zip': 'application/zip' });
+const PYODIDE_WASM = 'pyodide.asm.wasm';
 
 const ERROR_CODES = Object.freeze({
   engineUnavailable: 'intents_engine_unavailable',
@@ -167,7 +170,8 @@ async function startPyodide(runtime) {
   // The checked bytes load alongside the module; an altered one rejects with its ModelLoadError code.
   const checked = runtime ? Object.keys(CHECKED_RUNTIME_FILES).map(async (name) =>
     [new URL(name, indexURL).href, { bytes: await loadRuntimeFile(runtime, name, MANIFEST_URL), type: CHECKED_RUNTIME_FILES[name] }]) : [];
-  for (const pending of checked) pending.catch(() => {}); // awaited below; a failed import must not leave them unhandled
+  const compiled = runtime ? compileRuntimeFile(runtime, PYODIDE_WASM, MANIFEST_URL) : null;
+  for (const pending of [...checked, compiled]) pending?.catch(() => {}); // awaited below; a failed import must not leave them unhandled
   let module;
   try {
     module = await import(pyodideUrl);
@@ -175,8 +179,14 @@ async function startPyodide(runtime) {
     throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide could not be loaded from ${pyodideUrl} (${error.message}); local intents are off, cached and server intents still work. Check that the server's node_modules has pyodide (run \`bash scripts/setup.sh\`).`);
   }
   const served = new Map(await Promise.all(checked));
-  // Pyodide takes no bytes for its wasm or stdlib: it fetches them from indexURL with the global fetch. Those two
-  // URLs are answered from the checked bytes; every other fetch goes out as usual.
+  // Pyodide takes no bytes for its wasm or stdlib: it fetches them from indexURL with the global fetch. The stdlib's
+  // URL is answered from the checked bytes, the wasm's with a stand-in: Pyodide instantiates it streaming, and
+  // instantiateOnce gives the checked module instead. Every other fetch goes out as usual.
+  let restoreInstantiate = () => {};
+  if (compiled) {
+    restoreInstantiate = instantiateOnce(await compiled, 'instantiateStreaming');
+    served.set(new URL(PYODIDE_WASM, indexURL).href, { bytes: new Uint8Array(8), type: 'application/wasm' });
+  }
   const networkFetch = self.fetch;
   self.fetch = (input, init) => {
     const file = served.get(String(input instanceof Request ? input.url : input));
@@ -189,6 +199,7 @@ async function startPyodide(runtime) {
     throw new EngineError(ERROR_CODES.engineUnavailable, `Pyodide failed to start (${error.message}); local intents are off.`);
   } finally {
     self.fetch = networkFetch;
+    restoreInstantiate();
   }
 }
 

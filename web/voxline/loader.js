@@ -260,6 +260,26 @@ export async function compileRuntimeFile(runtime, name, base, ledger = null) {
 }
 
 /**
+ * For a runtime that takes no compiled module (it instantiates its wasm from bytes or a response itself): until its
+ * one call of `WebAssembly[method]` (`instantiate` or `instantiateStreaming`), that function instantiates `module`
+ * instead of what it is given (a stand-in), then is itself again. A call with a module (a runtime's threads, given
+ * the module the first call returned) passes through.
+ * @param {WebAssembly.Module} module
+ * @param {'instantiate'|'instantiateStreaming'} method
+ * @returns {() => void} puts the function back if it was never called
+ */
+export function instantiateOnce(module, method) {
+  const original = WebAssembly[method];
+  const restore = () => { WebAssembly[method] = original; };
+  WebAssembly[method] = function (source, imports) {
+    if (source instanceof WebAssembly.Module) return original.call(WebAssembly, source, imports);
+    restore();
+    return WebAssembly.instantiate(module, imports).then((instance) => ({ instance, module }));
+  };
+  return restore;
+}
+
+/**
  * `url` from the HTTP cache alone, or null: on another origin, when it is not cached, or when the browser refuses.
  * @param {URL} url
  * @returns {Promise<Response|null>}

@@ -6,28 +6,14 @@
 // come from the runtime's versioned URL folder (`/vendor/onnxruntime-web/<version>/`), which the browser caches for
 // good.
 
+import { instantiateOnce } from './loader.js';
+
 /** Where the unversioned runtime is, for a page that passes no runtime (an older page, a test harness). */
 const ORT_FALLBACK_BASE = new URL('../vendor/onnxruntime-web/', import.meta.url);
 const ORT_MODULE = 'ort.wasm.min.mjs';
 
 /** @type {Promise<any>|null} */
 let loading = null;
-
-/**
- * onnxruntime-web takes its wasm as bytes (`env.wasm.wasmBinary`) and instantiates it with
- * `WebAssembly.instantiate(bytes, imports)`; it has no way to take a compiled module. Until that one call, this
- * worker's `WebAssembly.instantiate` answers a call with bytes by instantiating `module` instead (the bytes given are
- * a stand-in), then is itself again. Its threads get the module from it, as they would the one it compiled.
- * @param {WebAssembly.Module} module
- */
-function instantiateOnce(module) {
-  const instantiate = WebAssembly.instantiate;
-  WebAssembly.instantiate = function (source, imports) {
-    if (source instanceof WebAssembly.Module) return instantiate.call(WebAssembly, source, imports);
-    WebAssembly.instantiate = instantiate;
-    return instantiate.call(WebAssembly, module, imports).then((instance) => ({ instance, module }));
-  };
-}
 
 /**
  * @param {number} threads wanted; capped to 1 when the worker is not cross-origin isolated
@@ -39,7 +25,9 @@ export function loadOrt(threads, runtime = null) {
   loading ??= import(new URL(ORT_MODULE, base).href).then((ort) => {
     ort.env.wasm.wasmPaths = base.href;
     if (runtime?.module) {
-      instantiateOnce(runtime.module);
+      // onnxruntime-web takes its wasm as bytes (`env.wasm.wasmBinary`) and no compiled module: it instantiates
+      // with `WebAssembly.instantiate(bytes, imports)`, and its threads with the module that gives.
+      instantiateOnce(runtime.module, 'instantiate');
       ort.env.wasm.wasmBinary = new Uint8Array(8); // a stand-in: instantiateOnce gives the module instead
     } else if (runtime?.wasm) {
       ort.env.wasm.wasmBinary = runtime.wasm;
