@@ -1,9 +1,9 @@
 """What a visit downloads, in real Chromium through a byte-counting proxy, and how altered runtimes are refused.
 
 A returning visit (the same profile, Chromium closed and started again) must send no model or runtime bytes: the
-models and Pyodide's wasm come from Cache Storage, onnxruntime's wasm from the HTTP cache (where Chromium keeps the
-code it compiled) on the server's own origin, all checked against their sha256; the runtimes' scripts come from the
-HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
+models and Pyodide's standard library come from Cache Storage, the runtimes' wasm from the HTTP cache (where
+Chromium keeps the code it compiled) on the server's own origin, all checked against their sha256; the runtimes'
+scripts come from the HTTP cache (immutable, versioned URLs), and what is revalidated costs a 304.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ export class LoadLedger {
     this.files.push({ name, bytes, from, ms: Math.round(ms), ...(cache && { cache }) });
   }
 
-  /** @returns {{network: number, cache: number}} bytes of files downloaded and of files found in Cache Storage */
+  /** @returns {{network: number, cache: number}} bytes of files downloaded and of files found in a cache */
   totals() {
     const sum = (from) => this.files.filter((f) => f.from === from).reduce((s, f) => s + f.bytes, 0);
     return { network: sum('network'), cache: sum('cache') };
@@ -217,8 +217,9 @@ export async function loadModels(models, base, onProgress = () => {}, ledger = n
  * 1. The HTTP cache, on a page of the server's own origin (`only-if-cached` never reaches the network, and is
  *    refused cross-origin): the browser keeps the code it compiled beside the HTTP cache's entry (Chromium does so
  *    for a streaming compile from an HTTP response, not from Cache Storage), so a returning visit neither compiles
- *    nor lazily compiles onnxruntime again (measured: ready 1.06 → 0.79 s P50 on a returning visit). An off-the-record
- *    profile, whose HTTP cache keeps no file this big, misses here.
+ *    nor lazily compiles the runtime again (onnxruntime, on an on-disk profile: ready 1.05-1.11 → 0.76-0.82 s from
+ *    the second return on). An off-the-record profile's HTTP cache (in memory) answers too but keeps no compiled
+ *    code: there this is ~7 % slower than Cache Storage (README, "Page load", the fourth round).
  * 2. Cache Storage (`RUNTIME_CACHE_NAME`), as for the models: an altered entry is deleted and the file downloaded
  *    again. An entry cached without the wasm content type (an older page's) is rewritten once.
  * 3. The network: compiled as it arrives, then kept in Cache Storage (and in the HTTP cache, for 1).
