@@ -8,7 +8,7 @@ scripts come from the HTTP cache (immutable, versioned URLs), and what is revali
 
 from __future__ import annotations
 
-from e2e.bench.load_page import DEMO_ENGINE_UP, persistent_context, visit
+from e2e.bench.load_page import DEMO_VOXLINE, persistent_context, visit
 from e2e.bench.proxy import CountingProxy
 from e2e.harness import wait_for_js
 
@@ -24,7 +24,7 @@ def test_a_returning_visit_sends_no_model_or_runtime_bytes(playwright, voxline_s
         for _ in range(2):  # Chromium started, then closed and started again on the same profile
             context = persistent_context(playwright, tmp_path, proxy)
             try:
-                visits.append(visit(context, proxy, voxline_server.url + "/", DEMO_ENGINE_UP))
+                visits.append(visit(context, proxy, voxline_server.url + "/", DEMO_VOXLINE))
             finally:
                 context.close()
         first, returning = visits
@@ -40,10 +40,14 @@ def test_a_returning_visit_sends_no_model_or_runtime_bytes(playwright, voxline_s
     assert resent == []
     assert returning["bytes"] < RETURNING_VISIT_MAX_BYTES, returning["resources"]
     assert returning["ready_reports"]["bytes"] == {"network": 0, "cache": first["ready_reports"]["bytes"]["network"]}
-    # onnxruntime's wasm was compiled from the on-disk HTTP cache's entry, beside which the browser keeps its code
+    # The runtimes' wasm was compiled from the on-disk HTTP cache's entry, beside which the browser keeps its code
     stores = {f["name"]: f.get("cache") for f in returning["ready_reports"]["files"]}
     assert stores == {"ort-wasm-simd-threaded.wasm": "http", "encoder.int8.onnx": "storage",
                       "decoder.int8.onnx": "storage", "tokens.json": "storage", "silero_vad_v5.onnx": "storage"}
+    engine = {f["name"]: (f["from"], f.get("cache")) for f in returning["engine_files"]}
+    assert engine == {"pyodide.asm.wasm": ("cache", "http"), "python_stdlib.zip": ("cache", "storage")}
+    assert {f["name"]: f["from"] for f in first["engine_files"]} == {"pyodide.asm.wasm": "network",
+                                                                      "python_stdlib.zip": "network"}
 
 
 def _tamper(route):

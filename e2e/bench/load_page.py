@@ -12,7 +12,8 @@ the turn model (smart-turn), so that every byte of the visit is counted. Time to
 since the document's navigation started.
 
 Prints one JSON object: per page and visit, the bytes from the server (total and per resource), time to ready,
-time to the grammar engine, and what `voxline:ready` reports of its phases and bytes.
+time to the grammar engine, what `voxline:ready` reports of its phases and files, and where the grammar engine's
+files came from (`engine_files`).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ AFTER_READY_UP = ("{v}?.intents?.ready && ({v}.turnDetectionState === undefined 
                   "|| ['up', 'off'].includes({v}.turnDetectionState))")
 """Everything that loads after `ready` is up (or has failed, which the visit's errors then show); a page from before
 smart-turn loaded after `ready` has no `turnDetectionState` (so a server of an older version can be measured)."""
-DEMO_ENGINE_UP = AFTER_READY_UP.format(v="window.voxline")
-WIDGET_ENGINE_UP = AFTER_READY_UP.format(v="document.querySelector('voxline-assistant')?.voxline")
+DEMO_VOXLINE = "window.voxline"
+WIDGET_VOXLINE = "document.querySelector('voxline-assistant')?.voxline"
+"""Where each page keeps its `Voxline` (a JavaScript expression)."""
 
 
 def persistent_context(playwright, profile_dir: Path, proxy: CountingProxy):
@@ -58,7 +60,7 @@ def persistent_context(playwright, profile_dir: Path, proxy: CountingProxy):
         permissions=["microphone"])
 
 
-def visit_series(playwright, proxy: CountingProxy, url: str, engine_up: str, returning: str,
+def visit_series(playwright, proxy: CountingProxy, url: str, voxline: str, returning: str,
                  returns: int) -> tuple[dict, list[dict]]:
     """A first visit of `url`, then `returns` returning visits one after another (see RETURNING_MODES): a browser
     keeps more of the wasm it compiled the more often the page has run (Chromium's code cache grows as code is
@@ -69,7 +71,7 @@ def visit_series(playwright, proxy: CountingProxy, url: str, engine_up: str, ret
             for _ in range(1 + returns):
                 context = persistent_context(playwright, Path(profile_dir), proxy)
                 try:
-                    visits.append(visit(context, proxy, url, engine_up))
+                    visits.append(visit(context, proxy, url, voxline))
                 finally:
                     context.close()
             return visits[0], visits[1:]
@@ -77,20 +79,22 @@ def visit_series(playwright, proxy: CountingProxy, url: str, engine_up: str, ret
         with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
             context = persistent_context(playwright, Path(profile_dir), proxy)
             try:
-                return visit(context, proxy, url, engine_up), [visit(context, proxy, url, engine_up)
+                return visit(context, proxy, url, voxline), [visit(context, proxy, url, voxline)
                                                                for _ in range(returns)]
             finally:
                 context.close()
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args])
     try:
         context = browser.new_context(permissions=["microphone"])
-        return visit(context, proxy, url, engine_up), [visit(context, proxy, url, engine_up) for _ in range(returns)]
+        return visit(context, proxy, url, voxline), [visit(context, proxy, url, voxline) for _ in range(returns)]
     finally:
         browser.close()
 
 
-def visit(context, proxy: CountingProxy, url: str, engine_up: str) -> dict:
-    """One visit in a new page of `context`: bytes through the proxy, ready and engine times."""
+def visit(context, proxy: CountingProxy, url: str, voxline: str) -> dict:
+    """One visit in a new page of `context` (its `Voxline` at the expression `voxline`): bytes through the proxy,
+    ready and engine times, and where the files of each came from."""
+    engine_up = AFTER_READY_UP.format(v=voxline)
     page = context.new_page()
     try:
         page.add_init_script(RECORD_EVENTS)
@@ -106,13 +110,15 @@ def visit(context, proxy: CountingProxy, url: str, engine_up: str) -> dict:
         wait_for_js(page, f"({engine_up}) || window.__vx.some((e) => e.name === 'error')", VISIT_TIMEOUT_S)
         engine_s = time.monotonic() - began
         errors = [e for e in page.evaluate("window.__vx") if e["name"] == "error"]
+        engine_files = page.evaluate(f"({voxline})?.intents?.engineLoad?.files ?? []")
         transfers = proxy.take()
     finally:
         page.close()
-    return _summary(transfers, ready, engine_s, errors)
+    return _summary(transfers, ready, engine_s, errors, engine_files)
 
 
-def _summary(transfers: list[Transfer], ready: dict, engine_s: float, errors: list[dict]) -> dict:
+def _summary(transfers: list[Transfer], ready: dict, engine_s: float, errors: list[dict],
+             engine_files: list[dict]) -> dict:
     resources = sorted(({"url": _short(t.url), "status": t.status, "bytes": t.bytes, "encoding": t.encoding}
                         for t in transfers), key=lambda r: -r["bytes"])
     return {
@@ -121,6 +127,7 @@ def _summary(transfers: list[Transfer], ready: dict, engine_s: float, errors: li
         "ready_ms": round(ready["t"]),
         "engine_ready_s": round(engine_s, 2),
         "ready_reports": {k: ready.get(k) for k in ("load_ms", "phases", "bytes", "files") if k in ready},
+        "engine_files": engine_files,
         "errors": [f"{e.get('code')}: {e.get('message')}" for e in errors],
         "resources": resources,
     }
@@ -147,14 +154,14 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
     if "widget" in pages:
         ws = server_url.replace("http://", "ws://") + "/ws"
         host = HostPage(HOST_PAGE.format(voxline=server_url, ws=ws), host_port or 0)
-    targets = {"demo": (server_url + "/", DEMO_ENGINE_UP)}
+    targets = {"demo": (server_url + "/", DEMO_VOXLINE)}
     if host:
-        targets["widget"] = (host.url, WIDGET_ENGINE_UP)
+        targets["widget"] = (host.url, WIDGET_VOXLINE)
     try:
         with CountingProxy(profile) as proxy, sync_playwright() as pw:
             for name in pages:
-                url, engine_up = targets[name]
-                cold, warm = visit_series(pw, proxy, url, engine_up, returning, returns)
+                url, voxline = targets[name]
+                cold, warm = visit_series(pw, proxy, url, voxline, returning, returns)
                 out["pages"][name] = {"first": cold, "returning": warm[0],
                                       **({"returning_later": warm[1:]} if returns > 1 else {})}
                 labels = ["first", "returning", *(f"return {k}" for k in range(2, returns + 1))]

@@ -6,7 +6,8 @@
 //                {type: 'extend', id, documents}   user skill documents (source dicts, or compiled grammars)
 //                {type: 'lexicon', id, lang = 'en'}  the grammar as a word graph for the recogniser (lexicon.py)
 //                {type: 'validate', id, intent, slots, lang = 'en'}   could this grammar give that intent?
-// Messages out:  {type: 'ready', grammar_version, load_ms, timings}              once, when it can answer
+// Messages out:  {type: 'ready', grammar_version, load_ms, timings, files}       once, when it can answer; files:
+//                                                                  Pyodide's, as `voxline:ready`'s (loader.js)
 //                {type: 'result', id, match, prefix, couldChange, ms}            match: Match.to_dict() or null
 //                {type: 'extended', id, grammar_version}
 //                {type: 'lexicon', id, lexicon}                                  voxline.intents.lexicon's layout
@@ -20,7 +21,7 @@
 // visit downloads none of it, and an altered copy is refused (`runtime_corrupt`). Its wasm is compiled here, as
 // onnxruntime's is on the page (`compileRuntimeFile`: from the HTTP cache where it can, so that the browser's
 // compiled code is used again), and Pyodide instantiates that module.
-import { compileRuntimeFile, instantiateOnce, loadRuntimeFile } from './loader.js';
+import { compileRuntimeFile, instantiateOnce, LoadLedger, loadRuntimeFile } from './loader.js';
 
 /** Where the unversioned runtime is, for a server whose manifest names none. */
 const PYODIDE_FALLBACK_BASE = new URL('../vendor/pyodide/', import.meta.url);
@@ -135,8 +136,9 @@ function post(message) {
 async function load() {
   const since = (t0) => (result) => [result, performance.now() - t0];
   const manifest = await fetchManifest();
+  const ledger = new LoadLedger();
   const [[pyodide, pyodideMs], [wheel, wheelMs]] = await Promise.all([
-    startPyodide(manifest.runtime).then(since(started)), fetchWheel(manifest).then(since(started))]);
+    startPyodide(manifest.runtime, ledger).then(since(started)), fetchWheel(manifest).then(since(started))]);
   const installing = performance.now();
   try {
     const sitePackages = pyodide.runPython('import os, sysconfig; os.path.normpath(sysconfig.get_paths()["purelib"])');
@@ -159,18 +161,21 @@ async function load() {
   }
   // Where the load time went, for benchmarks: Pyodide and the wheel download in parallel, then the install.
   const timings = { pyodide_ms: pyodideMs, wheel_ms: wheelMs, install_ms: performance.now() - installing };
-  post({ type: 'ready', grammar_version: version, load_ms: performance.now() - started, timings });
+  post({ type: 'ready', grammar_version: version, load_ms: performance.now() - started, timings, files: ledger.files });
   return py;
 }
 
-/** @param {{base: string, files: Record<string, {url: string, sha256: string}>}|undefined} runtime */
-async function startPyodide(runtime) {
+/**
+ * @param {{base: string, files: Record<string, {url: string, sha256: string}>}|undefined} runtime
+ * @param {LoadLedger} ledger where each checked file came from
+ */
+async function startPyodide(runtime, ledger) {
   const indexURL = runtime ? new URL(runtime.base, MANIFEST_URL).href : PYODIDE_FALLBACK_BASE.href;
   const pyodideUrl = new URL('pyodide.mjs', indexURL).href;
   // The checked bytes load alongside the module; an altered one rejects with its ModelLoadError code.
   const checked = runtime ? Object.keys(CHECKED_RUNTIME_FILES).map(async (name) =>
-    [new URL(name, indexURL).href, { bytes: await loadRuntimeFile(runtime, name, MANIFEST_URL), type: CHECKED_RUNTIME_FILES[name] }]) : [];
-  const compiled = runtime ? compileRuntimeFile(runtime, PYODIDE_WASM, MANIFEST_URL) : null;
+    [new URL(name, indexURL).href, { bytes: await loadRuntimeFile(runtime, name, MANIFEST_URL, ledger), type: CHECKED_RUNTIME_FILES[name] }]) : [];
+  const compiled = runtime ? compileRuntimeFile(runtime, PYODIDE_WASM, MANIFEST_URL, ledger) : null;
   for (const pending of [...checked, compiled]) pending?.catch(() => {}); // awaited below; a failed import must not leave them unhandled
   let module;
   try {

@@ -20,6 +20,8 @@ import { spawnWorker } from './workers.js';
  *   slot values: "stop" … "the timer", "turn on the lights" … "in the kitchen"), so semantic endpointing waits;
  *   false for "pause" (… "the music" pauses all the same). For text that is no command, the same as `prefix`.
  * @typedef {{code: string, message: string}} EngineFailure
+ * @typedef {{grammar_version: string, load_ms: number, timings: Record<string, number>,
+ *   files: {name: string, bytes: number, from: 'cache'|'network', ms: number, cache?: 'http'|'storage'}[]}} EngineLoad
  */
 
 /** How long a recognition may take before it is answered with an error instead (the engine is wedged). */
@@ -55,6 +57,12 @@ export class IntentResolver {
   #lang;
   /** Set once the engine answered 'ready'. */
   #ready = false;
+  /**
+   * How the engine loaded (null until it has): times, and where Pyodide's files came from (`files`, as
+   * `voxline:ready`'s).
+   * @type {EngineLoad|null}
+   */
+  engineLoad = null;
   /** @type {EngineFailure|null} */ #failure = null;
   /** @type {(() => void)[]} */ #grammarListeners = [];
   /** Settled when the engine is ready (resolved) or has failed (rejected with its message). */
@@ -63,7 +71,7 @@ export class IntentResolver {
   /**
    * Open the cache and start the engine in the background.
    * @param {{base?: string|URL, server?: string|URL|null, lang?: string, cacheName?: string, maxEntries?: number,
-   *   engine?: boolean, onReady?: (info: {grammar_version: string, load_ms: number, timings: Record<string, number>}) => void,
+   *   engine?: boolean, onReady?: (info: EngineLoad) => void,
    *   onError?: (failure: EngineFailure) => void}} [options]
    *   base: the Voxline server (default: where this module is served from).
    *   server: the server whose intents may enter the cache (its WebSocket URL will do); default `base`, null: none.
@@ -220,9 +228,11 @@ export class IntentResolver {
       if (msg.type === 'ready') {
         // Entries are only as good as the grammar that made them: a new version empties the cache first.
         this.cache.setGrammarVersion(msg.grammar_version).catch(() => {}).then(() => {
+          this.engineLoad = { grammar_version: msg.grammar_version, load_ms: msg.load_ms, timings: msg.timings,
+            files: msg.files ?? [] };
           this.#ready = true;
           this.#readiness.resolve();
-          onReady({ grammar_version: msg.grammar_version, load_ms: msg.load_ms, timings: msg.timings });
+          onReady(this.engineLoad);
         });
       } else if (msg.type === 'error' && msg.id === undefined) {
         this.#fail({ code: msg.code, message: msg.message });
