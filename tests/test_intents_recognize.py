@@ -525,6 +525,11 @@ def test_no_command_openings_have_kinds_that_merge_and_never_clash(tmp_path):
     english = load_grammar([first, second]).language("en")
     assert english.no_command_kinds == {("why",): "question", ("who",): "question", ("dont",): "negated"}
     assert english.no_command_kind(["who", "locked", "it"]) == "question" and english.no_command_kind(["lock"]) is None
+    assert english.no_command_kind([]) is None
+    third = tmp_path / "c.yaml"
+    third.write_text("language: en\nno_command_openings: {someone_else: [who else]}\n")
+    assert load_grammar([first, second, third]).language("en").no_command_kind(["who", "else", "is", "here"]) \
+        == "someone_else"  # the longest opening decides
     assert compile_yaml([second, first]) == compile_yaml([first, second])  # canonical: kinds and phrases sorted
     second.write_text("language: en\nno_command_openings: {negated: [why]}\n")
     with pytest.raises(GrammarError, match="'why' is of two kinds"):

@@ -11,9 +11,9 @@ Source file format (one language per file; later files extend or override earlie
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
-      question: [why, how do]            # not leave these words out, and the server's classifier refuses it as
-      negated: [dont]                    # of this kind (`no_command_kind`); none may open a template (a bare
-                                         # list is of the kind `no_command`)
+      question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
+      negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
+                                         # bare list is of the kind `no_command`)
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
@@ -184,9 +184,9 @@ class LanguageGrammar:
                 raise GrammarError(f"{lang}: the no-command opening {' '.join(opening)!r} opens a template")
 
     def no_command_kind(self, tokens: Sequence[str]) -> str | None:
-        """The kind of the no-command opening that `tokens` (normalised words) open with, else None."""
-        for opening, kind in self.no_command_kinds.items():
-            if tuple(tokens[: len(opening)]) == opening:
+        """The kind of the longest no-command opening that `tokens` (normalised words) open with, else None."""
+        for length in range(min(len(tokens), max(map(len, self.no_command_kinds), default=0)), 0, -1):
+            if (kind := self.no_command_kinds.get(tuple(tokens[:length]))) is not None:
                 return kind
         return None
 
