@@ -65,6 +65,10 @@ def visit_series(playwright, proxy: CountingProxy, url: str, voxline: str, retur
     """A first visit of `url`, then `returns` returning visits one after another (see RETURNING_MODES): a browser
     keeps more of the wasm it compiled the more often the page has run (Chromium's code cache grows as code is
     optimised), so a returning visit after several differs from the first return."""
+    def one_after_another(context) -> tuple[dict, list[dict]]:
+        visits = [visit(context, proxy, url, voxline) for _ in range(1 + returns)]
+        return visits[0], visits[1:]
+
     if returning == "restart":
         with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
             visits = []
@@ -79,14 +83,13 @@ def visit_series(playwright, proxy: CountingProxy, url: str, voxline: str, retur
         with tempfile.TemporaryDirectory(prefix="voxline-load-page-") as profile_dir:
             context = persistent_context(playwright, Path(profile_dir), proxy)
             try:
-                return visit(context, proxy, url, voxline), [visit(context, proxy, url, voxline)
-                                                               for _ in range(returns)]
+                return one_after_another(context)
             finally:
                 context.close()
     browser = playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_FLAGS, *proxy.chromium_args])
     try:
         context = browser.new_context(permissions=["microphone"])
-        return visit(context, proxy, url, voxline), [visit(context, proxy, url, voxline) for _ in range(returns)]
+        return one_after_another(context)
     finally:
         browser.close()
 
