@@ -83,6 +83,37 @@ test('a click or a short cough does not start a turn', () => {
   assert.equal(ep.state, State.SILENCE);
 });
 
+test('a word split by its stop consonant starts a turn from its first voiced frame', () => {
+  // "mu|te" as heard in the page: three voiced frames, one unvoiced (the closure of the t), two voiced: neither run
+  // alone is minSpeechSecs long.
+  const word = [0.66, 0.75, 0.84, 0.30, 0.95, 0.72];
+  assert.ok(3 * FRAME < DEFAULTS.minSpeechSecs * RATE && 5 * FRAME >= DEFAULTS.minSpeechSecs * RATE);
+  const { events } = run([...silence(0.5), ...word, ...silence(1.0)]);
+  const start = events.find((e) => e.type === 'speech-start');
+  assert.ok(start, 'the word starts a turn');
+  assert.equal(start.voicedAt, frames(0.5) * FRAME);
+  assert.equal(start.start, start.voicedAt - DEFAULTS.preRollSecs * RATE);
+  assert.equal(events.find((e) => e.type === 'speech-end').end, (frames(0.5) + word.length) * FRAME);
+  const before = run([...silence(0.5), ...word, ...silence(1.0)], { ...DEFAULTS, onsetGapSecs: 0 });
+  assert.deepEqual(before.events, [], 'the design before: each run alone is too short');
+});
+
+test('the gaps of an onset are not counted as voice, and a longer gap starts the count again', () => {
+  const gap = frames(DEFAULTS.onsetGapSecs); // unvoiced frames an onset may hold
+  const enough = Math.ceil((DEFAULTS.minSpeechSecs * RATE) / FRAME); // voiced frames that start a turn
+  const voiced = (n) => Array(n).fill(0.9);
+  const short = voiced(Math.floor(enough / 2));
+  const rest = voiced(enough - short.length);
+  // within the gap: the two runs add up
+  assert.ok(run([...silence(0.3), ...short, ...silence(gap * 0.032), ...rest, ...silence(1.0)]).events.length);
+  // one unvoiced frame longer than the gap: they do not
+  const apart = run([...silence(0.3), ...short, ...Array(gap + 1).fill(0.02), ...rest, ...silence(1.0)]);
+  assert.deepEqual(apart.events, []);
+  // the gap frames themselves are not voice: one voiced frame short of enough, however the gaps fall
+  const almost = run([...silence(0.3), ...short, ...Array(gap).fill(0.02), ...voiced(rest.length - 1), ...silence(1.0)]);
+  assert.deepEqual(almost.events, []);
+});
+
 test('a blip inside a pause neither resumes the turn nor moves the end of speech', () => {
   const { events } = run([...speech(1.0), ...silence(0.3), 0.9, ...silence(1.0)]);
   const end = events.find((e) => e.type === 'speech-end');

@@ -9,9 +9,12 @@
 //                                                                    once silence ≥ turnCompleteMinSilenceSecs
 //
 // A click or a cough is shorter than minSpeechSecs, so it cannot start a turn; ending needs silence, so it cannot
-// end one either. Hysteresis: a frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between
-// the two it keeps the previous frame's class. Voiced blips inside a pause that are too short to resume it do not
-// move the end of speech either. Positions are absolute sample indices on the capture clock.
+// end one either. The voiced audio that starts a turn is counted over an onset whose gaps are at most
+// `onsetGapSecs` long: a word is often heard as two voiced runs split by its stop consonant ("mu|te", "sto|p": the
+// closure reads as one or two unvoiced frames), and neither run alone is as long as minSpeechSecs. Hysteresis: a
+// frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between the two it keeps the previous
+// frame's class. Voiced blips inside a pause that are too short to resume it do not move the end of speech
+// either. Positions are absolute sample indices on the capture clock.
 
 export const State = Object.freeze({ SILENCE: 'silence', SPEECH: 'speech', PAUSE: 'pause' });
 /** Voiced audio that ends a pause: shorter blips (a breath, a click) leave the pause running. */
@@ -43,6 +46,9 @@ export class Endpointer {
     this.state = State.SILENCE;
     this.voiced = false;
     this.runStart = -1; // first sample of the current voiced run
+    this.onsetStart = -1; // first sample of the onset (voiced runs whose gaps are at most onsetGapSecs)
+    this.onsetVoiced = 0; // voiced samples in the onset
+    this.onsetEnd = -1; // sample after the onset's last voiced frame
     this.turnStart = -1; // first sample of the turn (pre-roll included)
     this.lastVoicedEnd = -1; // sample after the last voiced frame: the end of speech
     this.turnChecked = false;
@@ -66,7 +72,7 @@ export class Endpointer {
 
     switch (this.state) {
       case State.SILENCE:
-        return this.voiced && runSecs >= this.s.minSpeechSecs ? this.#startTurn(end) : [];
+        return this.#onset(start, end) ? this.#startTurn(end) : [];
       case State.SPEECH:
         if (this.voiced) {
           this.lastVoicedEnd = end;
@@ -100,11 +106,23 @@ export class Endpointer {
     return this.#endTurn('smart-turn', this.lastSeen);
   }
 
+  /** In silence: counts the frame [start, end) into the onset; whether the onset now has enough voice. */
+  #onset(start, end) {
+    if (!this.voiced) {
+      if (this.onsetVoiced && end - this.onsetEnd > this.s.onsetGapSecs * this.rate) this.onsetVoiced = 0;
+      return false;
+    }
+    if (!this.onsetVoiced) this.onsetStart = start;
+    this.onsetVoiced += end - start;
+    this.onsetEnd = end;
+    return this.onsetVoiced >= this.s.minSpeechSecs * this.rate;
+  }
+
   #startTurn(end) {
     this.state = State.SPEECH;
     this.lastVoicedEnd = end;
-    this.turnStart = Math.max(0, this.runStart - Math.round(this.s.preRollSecs * this.rate));
-    return [{ type: 'speech-start', start: this.turnStart, voicedAt: this.runStart }];
+    this.turnStart = Math.max(0, this.onsetStart - Math.round(this.s.preRollSecs * this.rate));
+    return [{ type: 'speech-start', start: this.turnStart, voicedAt: this.onsetStart }];
   }
 
   #inPause(end, runSecs) {

@@ -174,6 +174,7 @@ export interface VoxlineSettings {
   vadStartProb: number;
   vadStopProb: number;
   minSpeechSecs: number;
+  onsetGapSecs: number;
   preRollSecs: number;
   turnCheckSecs: number;
   turnCheckMaxWaitMs: number;
