@@ -296,7 +296,12 @@ def test_prompt_step_equals_token_by_token(ct2_dir, onnx_model, clips):
     assert whole[1].shape == (4, 1, 6, 4, 64)
     np.testing.assert_allclose(whole[1], past_k, atol=1e-4)
     np.testing.assert_allclose(whole[2], past_v, atol=1e-4)
-    np.testing.assert_allclose(whole[0], logits, atol=1e-3)
+    # The logits go through the int8 tied embedding, whose input (the last hidden state) is quantised dynamically:
+    # float sums that differ in their last bits between a T=4 and a T=1 call (and between thread layouts under
+    # load) may round one element of it to the next int8 step, which moves logits by ~0.01-0.02 (seen: 0.017, in
+    # 1 of 3 runs). A wrong mask or position offset moves them by far more, and changes the cache above.
+    np.testing.assert_allclose(whole[0], logits, atol=0.05)
+    assert int(whole[0].argmax()) == int(logits.argmax())
 
 
 # --- transcripts --------------------------------------------------------------------------------------------------
