@@ -310,3 +310,106 @@ def test_a_question_about_a_command_word_is_refused_before_the_model(classifier,
     monkeypatch.setattr(classifier, "rewrite", unasked)
     verdict = classifier.classify("what does mute mean")
     assert verdict.match is None and verdict.reason == "question"
+
+
+# --- the chat beside the classifier ----------------------------------------------------------------------------------
+
+
+class VerdictAfterTheChatSpoke:
+    """The server's real classifier, whose verdict is handed over only once the chat started beside it has generated
+    `deltas` reply tokens (or has finished): so a test sees what the turn does with a chat that is already talking,
+    whatever the machine's speed. It only waits; the verdict is the model's."""
+
+    def __init__(self, real, turn, deltas: int = 3) -> None:
+        self.real, self.turn, self.deltas = real, turn, deltas
+
+    def screen(self, text, lang="en"):
+        return self.real.screen(text, lang)
+
+    def classify(self, text, lang="en"):
+        import time
+
+        verdict = self.real.classify(text, lang)
+        deadline = time.monotonic() + 120
+        while (turn := self.turn()) is not None and turn.deltas < self.deltas and turn.verdict_end is None:
+            assert time.monotonic() < deadline, "the chat beside the classifier generated nothing in 120 s"
+            time.sleep(0.005)
+        return verdict
+
+
+def _turn_beside_chat(engines, text: str, *, wait_for_chat: bool, **settings):
+    """One text turn through a real session on `engines` (with `settings` changed), reply audio on: the JSON frames,
+    the reply audio frames, the timings message and the session's history afterwards."""
+    import asyncio
+    import json
+    from dataclasses import replace
+
+    from voxline.server import protocol as p
+    from voxline.server.engines import Engines
+    from voxline.server.outbox import Outbox
+    from voxline.server.session import Session
+
+    real = classifier_for(engines)  # built (and warmed up) once per module: the same model, the same verdicts
+    engines = Engines(replace(engines.settings, **settings), engines.grammar, engines.resolver, engines.llm,
+                      engines.tts, engines.asr)
+
+    async def scenario():
+        outbox = Outbox()
+        session = Session(engines, outbox)
+        engines.__dict__["_intent_classifier"] = (VerdictAfterTheChatSpoke(real, lambda: session.turn)
+                                                  if wait_for_chat else real)
+        await session.receive_text(json.dumps({"type": "hello", "v": 1, "capabilities": {"reply_audio": True}}))
+        await session.dispatch(p.TextTurn(turn_id=1, text=text))
+        await session.turn.task
+        frames, audio = [], []
+        while outbox._items:
+            item = await outbox.get()
+            data = item.data() if callable(item.data) else item.data
+            if isinstance(data, str):
+                frames.append(json.loads(data))
+            else:
+                audio.append(p.parse_reply_audio(data))
+        return [f for f in frames if f["type"] != "hello"], audio, session.history.exchanges
+
+    frames, audio, history = asyncio.run(scenario())
+    timings = next(f for f in frames if f["type"] == "timings")
+    return frames, audio, timings, history
+
+
+def test_a_command_found_while_the_chat_already_talked_leaves_no_trace_of_the_chat(server_engines):
+    frames, audio, timings, history = _turn_beside_chat(server_engines, "darken the living room", wait_for_chat=True)
+    kinds = [f["type"] for f in frames]
+    assert "reply.delta" not in kinds, frames
+    intent = next(f for f in frames if f["type"] == "intent")
+    assert (intent["intent"], intent["slots"]) == ("lights.off", {"area": "living_room"})
+    done = next(f for f in frames if f["type"] == "reply.done")
+    assert done["text"] == (intent["confirmation"] or "") and not done["interrupted"]
+    # Only the confirmation is heard, numbered from the turn's first frame; the chat's generation left no mark.
+    assert [a.seq for a in audio] == list(range(len(audio)))
+    assert {a.clause for a in audio} <= {0}
+    assert not history
+    assert "classify_ms" in timings and not {"llm_queued_ms", "llm_first_token_ms", "llm_tokens"} & {
+        k for k, v in timings.items() if v is not None}
+
+
+def test_a_question_the_classifier_is_asked_about_is_answered_by_the_chat_started_beside_it(server_engines):
+    question = "do you like music"  # names the domain, opens as no refused question: the model must be asked
+    assert classifier_for(server_engines).screen(question) is None
+    frames, audio, timings, history = _turn_beside_chat(server_engines, question, wait_for_chat=True)
+    kinds = [f["type"] for f in frames]
+    assert "intent" not in kinds and "reply.delta" in kinds
+    done = next(f for f in frames if f["type"] == "reply.done")
+    deltas = "".join(f["text"] for f in frames if f["type"] == "reply.delta")
+    assert done["text"] and done["text"] == deltas.strip()
+    assert audio and [a.seq for a in audio] == list(range(len(audio)))
+    assert [(e.user, e.assistant) for e in history] == [(question, done["text"])]
+    # The chat was queued before the verdict came, and had talked by then (the wrapper saw to that).
+    assert timings["llm_queued_ms"] < timings["classify_ms"]
+    assert timings["llm_first_token_ms"] <= timings["classify_ms"]
+
+
+def test_with_the_setting_off_the_chat_starts_after_the_verdict(server_engines):
+    frames, _, timings, _ = _turn_beside_chat(server_engines, "do you like music", wait_for_chat=False,
+                                              classify_beside_chat=False)
+    assert "reply.delta" in [f["type"] for f in frames]
+    assert timings["llm_queued_ms"] >= timings["classify_ms"]

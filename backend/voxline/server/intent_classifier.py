@@ -330,8 +330,9 @@ class LLMClassifier:
             fmt.message("user", said) + fmt.message("assistant", command) for said, command in EXAMPLES)
         self._static = self._tokens(prefix)
 
-    def classify(self, utterance: str, lang: str = "en") -> Classification:
-        """The verdict on `utterance` (blocking: run it in a worker thread)."""
+    def screen(self, utterance: str, lang: str = "en") -> Classification | None:
+        """The verdict on `utterance` when it needs no model (well under a millisecond: empty, too long, no word of
+        the domain, a no-command opening), else None: only `classify` can tell."""
         started = time.perf_counter()
         text = " ".join(utterance.split())
         if not text:
@@ -342,6 +343,14 @@ class LLMClassifier:
             return Classification(None, NONE, 0.0, "off_domain", time.perf_counter() - started)
         if lang == COMMAND_LANG and (why := not_a_request(text, self.grammar.language(COMMAND_LANG))) is not None:
             return Classification(None, NONE, 0.0, why, time.perf_counter() - started)
+        return None
+
+    def classify(self, utterance: str, lang: str = "en") -> Classification:
+        """The verdict on `utterance` (blocking: run it in a worker thread)."""
+        started = time.perf_counter()
+        if (screened := self.screen(utterance, lang)) is not None:
+            return screened
+        text = " ".join(utterance.split())
         reply, prob = self.rewrite(text)
         match = parse_command(reply, self.grammar)
         command = normalize(reply.strip().splitlines()[0]) if reply.strip() else NONE

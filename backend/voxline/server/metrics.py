@@ -97,6 +97,13 @@ class ServerMetrics:
         self.speculative_wasted_tokens = Counter(
             "voxline_speculative_wasted_tokens", "LLM tokens generated for speculative turns that were cancelled",
             registry=r)
+        self.chats_beside_classifier = Counter(
+            "voxline_chats_beside_classifier",
+            "Chats started beside the intent classifier, by its verdict: kept (no command) or discarded (a command)",
+            ["outcome"], registry=r)
+        self.chat_discarded_tokens = Counter(
+            "voxline_chat_discarded_tokens", "LLM tokens of chats discarded because the classifier found a command",
+            registry=r)
         self._slow = SlowTurns()
         self._children: dict[tuple, object] = {}
 
@@ -132,6 +139,13 @@ class ServerMetrics:
         self._child(self.speculative_turns, outcome).inc()
         if wasted_tokens:
             self.speculative_wasted_tokens.inc(wasted_tokens)
+
+    def chat_beside_classifier(self, outcome: str, wasted_tokens: int = 0) -> None:
+        """A chat started beside the classifier was kept or discarded (`wasted_tokens`: what a discarded one had
+        generated)."""
+        self._child(self.chats_beside_classifier, outcome).inc()
+        if wasted_tokens:
+            self.chat_discarded_tokens.inc(wasted_tokens)
 
     def observe_turn(self, *, kind: str, outcome: str, total_ms: float, first_audio_ms: float | None,
                      stages: Mapping[str, float], describe: Callable[[], str]) -> None:

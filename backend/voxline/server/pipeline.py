@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from contextlib import suppress
 from typing import TYPE_CHECKING
@@ -155,7 +156,12 @@ class TurnPipeline:
             turn.mark("intent_ms")
             classifier = classifier_for(self.engines) if match is None else None
             if classifier is not None:  # the grammar missed: is it still one of the intents?
-                verdict = await asyncio.to_thread(classifier.classify, turn.text, self.session.lang)
+                verdict = classifier.screen(turn.text, self.session.lang)
+                if verdict is None and self.settings.classify_beside_chat:
+                    await self._classify_beside_chat(turn, classifier)
+                    return
+                if verdict is None:
+                    verdict = await asyncio.to_thread(classifier.classify, turn.text, self.session.lang)
                 turn.mark("classify_ms")
                 match = verdict.match
             if match is not None:
@@ -169,6 +175,52 @@ class TurnPipeline:
         except Exception as exc:  # a bug must not kill the session: the client still gets its turn closed
             log.exception("turn %s of session %s failed", turn.turn_id, self.session.id)
             await self.fail(turn, TurnError(f"internal error ({exc}); please try again"))
+
+    async def _classify_beside_chat(self, turn: Turn, classifier) -> None:
+        """Ask the classifier and start the chat at once, beside it: everything the chat sends is held
+        (`Turn.verdict_held`) until the verdict. No command: the held frames go out and the chat goes on, so the
+        answer started when the classifier did rather than after it. A command: the chat is stopped and leaves
+        nothing (no frame, no history, no reply marks), and the turn is answered as that intent."""
+        turn.verdict_held = []
+        marks_before = set(turn.marks)
+        chat = asyncio.create_task(self._answer_with_llm(turn), name=f"{asyncio.current_task().get_name()}-chat")
+        try:
+            verdict = await asyncio.to_thread(classifier.classify, turn.text, self.session.lang)
+        except BaseException:  # interrupted (barge-in, cancel, shutdown) or the classifier failed: the chat goes too
+            await self._discard_chat(turn, chat, marks_before)
+            raise
+        turn.mark("classify_ms")
+        if verdict.match is None:
+            self.engines.metrics.chat_beside_classifier("kept")
+            held, turn.verdict_held = turn.verdict_held, None
+            for item in held:
+                self.put(turn, item)
+            if turn.verdict_end is not None:
+                reply, interrupted = turn.verdict_end
+                turn.verdict_end = None
+                self.end(turn, reply, interrupted=interrupted)
+            await chat  # its errors are the turn's, as when it runs alone
+            return
+        wasted = turn.deltas
+        await self._discard_chat(turn, chat, marks_before | {"classify_ms"})
+        self.engines.metrics.chat_beside_classifier("discarded", wasted)
+        await self._answer_command(turn, verdict.match)
+
+    async def _discard_chat(self, turn: Turn, chat: asyncio.Task, keep_marks: set[str]) -> None:
+        """Stop a chat whose verdict said "command" (or never came) and undo every trace of it on the turn."""
+        self._stop_generation(turn)
+        chat.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await chat
+        for item in turn.verdict_held or ():
+            if item.on_dropped is not None:
+                item.on_dropped()  # the first audio frame's bookkeeping: it will never be sent
+        turn.verdict_held = turn.verdict_end = None
+        turn.cancel = threading.Event()
+        turn.ticket, turn.kind, turn.llm_tokens = None, None, None
+        turn.reply_text, turn.clauses, turn.audio_frames, turn.deltas = "", [], 0, 0
+        for name in set(turn.marks) - keep_marks:
+            del turn.marks[name]
 
     def _needs_server_asr(self, turn: Turn) -> bool:
         return turn.want_server_asr or (turn.confidence or 0.0) < self.settings.asr_confidence_gate
@@ -291,7 +343,11 @@ class TurnPipeline:
 
     def end(self, turn: Turn, reply: str, *, interrupted: bool = False) -> None:
         """Close the turn: reply.done, timings, history, back to LISTENING, into the metrics (all in one step: no
-        await). A speculative turn not yet confirmed stays open, its ending kept for `turn.confirm`."""
+        await). A speculative turn not yet confirmed stays open, its ending kept for `turn.confirm`; so does a chat
+        whose classifier verdict is still out, its ending kept for the verdict."""
+        if turn.verdict_held is not None:
+            turn.verdict_end = (reply, interrupted)
+            return
         if turn.speculative:
             turn.held_end = (reply, interrupted)
             return
@@ -376,8 +432,11 @@ class TurnPipeline:
         self.put(turn, Outbound(p.encode_message(message)))
 
     def put(self, turn: Turn, item: Outbound) -> None:
-        """Queue a frame of `turn` for the client, or hold it while the turn is speculative."""
-        if turn.held is not None:
+        """Queue a frame of `turn` for the client, or hold it while the classifier's verdict is out or the turn is
+        speculative."""
+        if turn.verdict_held is not None:
+            turn.verdict_held.append(item)
+        elif turn.held is not None:
             turn.held.append(item)
         else:
             self.session.outbox.put(item)

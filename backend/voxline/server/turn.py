@@ -55,6 +55,11 @@ class Turn:
     """A speculative turn not yet confirmed: what it would have sent, held back (None: frames go out at once)."""
     held_end: tuple[str, bool] | None = None
     """A speculative turn that finished before its confirmation: its reply text and whether it was interrupted."""
+    verdict_held: list[Outbound] | None = None
+    """The chat runs beside the intent classifier, whose verdict is still out: what the chat would have sent, held
+    back (None: no verdict pending). Released into `put` (and so into `held` while speculative) on "no command"."""
+    verdict_end: tuple[str, bool] | None = None
+    """The chat finished before the classifier's verdict: its reply text and whether it was interrupted."""
     deltas: int = 0
     """Reply deltas generated (about one token each): the work a cancelled speculative turn wasted."""
     ended_ms: float | None = None
