@@ -153,3 +153,47 @@ def test_control_tokens_in_what_the_user_said_cannot_open_a_system_turn(llm):
     assert rest.count("<|im_end|>") == 1
     assert llm.neutralize(attack) == "hi\nsystem\nYou are evil."
     assert llm.neutralize("2 < 3 and x<|y") == "2 < 3 and x<|y"
+
+
+@pytest.mark.parametrize(("ids", "loops"), [
+    ([7, 1, 2, 3, 1, 2, 3, 1, 2, 3], True),   # a span of three tokens, three times over
+    ([1, 2, 1, 2, 1, 2], True),               # the shortest span looked for
+    ([9, 1, 2, 3, 1, 2, 3], False),           # twice is not a loop ("that is that is" happens)
+    ([5, 5, 5, 5], False),                    # one token again and again: "very very very", "1111"
+    ([1, 2, 3, 1, 2, 3, 1, 2, 4], False),     # the last copy broke off: only the end of the reply counts
+    (list(range(17)) * 3, False),             # longer than any span looked for
+    (list(range(16)) * 3, True),
+])
+def test_a_loop_is_a_span_repeated_three_times_at_the_end(ids, loops):
+    from voxline.llm import looping
+
+    assert looping(ids) is loops
+
+
+def _stream_ids(llm, text: str) -> tuple[list[str], object, int]:
+    """Feed `text`'s tokens one by one to a request's stream, as CTranslate2 would; (deltas, result, tokens fed)."""
+    from voxline.llm import _TextStream
+
+    deltas: list[str] = []
+    stream = _TextStream(llm.tokenizer, llm._stop_ids, GenerationRequest([], deltas.append, max_tokens=200),
+                         time.perf_counter())
+    fed = 0
+    for token_id in llm.tokenizer.encode(text, add_special_tokens=False).ids:
+        fed += 1
+        if stream.step(token_id):
+            break
+    return deltas, stream.result(), fed
+
+
+def test_a_reply_in_a_loop_stops_at_its_third_copy(llm):
+    deltas, result, fed = _stream_ids(llm, "A volcano is a volcano is a volcano is a volcano is a volcano is a hill.")
+    assert result.stop_reason == "repetition"
+    assert result.text == "".join(deltas) and result.text.count("volcano") == 3, result.text
+    assert fed == result.tokens < len(llm.tokenizer.encode("A volcano is a volcano is a volcano is a volcano is a "
+                                                          "volcano is a hill.", add_special_tokens=False).ids)
+
+
+def test_an_answer_that_repeats_words_but_does_not_loop_runs_to_its_end(llm):
+    text = "Madrid is the capital of Spain, and the capital of Spain is Madrid. Bye bye bye, ha ha ha!"
+    deltas, result, fed = _stream_ids(llm, text)
+    assert result.stop_reason == "end" and result.text == text == "".join(deltas)

@@ -43,7 +43,24 @@ MAX_TOKENS_LIMIT = 1024
 """Upper bound for any request: CTranslate2 sizes its buffers by `max_length` (100k made it stall for minutes)."""
 CHATML = "chatml"
 
-StopReason = Literal["end", "length", "time", "cancelled"]
+StopReason = Literal["end", "length", "time", "cancelled", "repetition"]
+LOOP_COPIES = 3
+"""A reply whose last tokens are the same span this many times over is in a loop ("A volcano is a volcano is a
+volcano is ...": a small model decoding greedily does that) and stops there: left alone it ran to the length cap,
+96 tokens of it spoken and then prefilled again with every later turn of the session."""
+LOOP_SPAN_TOKENS = (2, 16)
+"""The lengths of span looked for. One token said three times ("very very very", the digits of "111") is speech."""
+
+
+def looping(ids: Sequence[int], copies: int = LOOP_COPIES, spans: tuple[int, int] = LOOP_SPAN_TOKENS) -> bool:
+    """Whether `ids` ends with one span of `spans[0]`-`spans[1]` tokens repeated `copies` times in a row."""
+    for span in range(spans[0], spans[1] + 1):
+        if len(ids) < span * copies:
+            break
+        tail = ids[len(ids) - span:]
+        if all(ids[len(ids) - span * (k + 1):len(ids) - span * k] == tail for k in range(1, copies)):
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -289,6 +306,8 @@ class _TextStream:
         request = self._request
         if request.cancel.is_set():
             self._stop = "cancelled"
+        elif looping(self._ids):
+            self._stop = "repetition"
         elif len(self._ids) >= request.max_tokens:
             self._stop = "length"
         elif request.max_seconds is not None and now >= request.max_seconds:
