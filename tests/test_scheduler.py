@@ -385,7 +385,7 @@ def test_a_request_cancelled_inside_a_real_batch_stops_alone(smollm):
         scheduler.close(10)
     assert a.batch_size == b.batch_size == 2
     assert ra.stop_reason == "cancelled" and ra.tokens <= 4
-    assert rb.stop_reason in ("length", "end") and rb.tokens > ra.tokens
+    assert rb.stop_reason in ("length", "end", "repetition") and rb.tokens > ra.tokens  # not the cancel
 
 
 def test_a_batch_prefills_at_most_its_token_budget_but_the_oldest_always_runs():
