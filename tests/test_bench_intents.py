@@ -212,10 +212,10 @@ def test_pages_hold_every_item_per_voice_with_a_noisy_copy_and_a_second_hearing_
 
 
 def test_baseline_server_settings_are_read_like_their_environment_variables():
-    from e2e.bench.intents import _server_settings
+    from e2e.bench.intents import server_settings
 
-    assert _server_settings(["intent_neighbours=off", "intent_classifier=llm"]) == {
+    assert server_settings(["intent_neighbours=off", "intent_classifier=llm"]) == {
         "intent_neighbours": False, "intent_classifier": "llm"}
     for bad in (["no_such_setting=1"], ["intent_neighbours"], ["intent_neighbours=maybe"]):
         with pytest.raises((SystemExit, ValueError)):
-            _server_settings(bad)
+            server_settings(bad)

@@ -11,6 +11,7 @@ from e2e.bench.turn import (
     Question,
     QuestionSetError,
     add_difference,
+    browser_configs,
     compare,
     is_right,
     load_questions,
@@ -258,3 +259,29 @@ def test_speculative_turns_are_timed_from_their_confirmation_beside_turns_sent_a
                                                            {"first_audio_ms": None}], 250.0)["speculative"]
     assert report["head_start_ms"] == 250.0 and report["confirm_to_first_audio_ms"]["n"] == 2
     assert report["ratio_vs_sent_at_once"]["p50"] < 1
+
+
+def test_a_baseline_server_is_compared_over_all_questions_and_those_its_classifier_asked_its_model():
+    from e2e.bench.turn import baseline_server_report
+
+    ours = [{"first_audio_ms": 600.0}, {"first_audio_ms": 620.0}, {"first_audio_ms": 500.0}, {"first_audio_ms": None}]
+    theirs = [{"first_audio_ms": 1100.0, "stages": {"classify": 480.0}},
+              {"first_audio_ms": 1200.0, "stages": {"classify": 530.0}},
+              {"first_audio_ms": 510.0, "stages": {"classify": 0.4}},  # refused before the model
+              {"first_audio_ms": 700.0}]                               # the grammar answered: no classifier
+    report = baseline_server_report(ours, theirs, {"classify_beside_chat": False})
+    assert report["settings"] == {"classify_beside_chat": False}
+    assert report["server_first_audio_ms"]["n"] == 4 and report["ratio"]["p50"] < 1
+    asked = report["classifier_asked"]
+    assert asked["questions"] == 2
+    assert asked["server_first_audio_ms"]["p50"] in (600.0, 620.0, 610.0)
+    assert asked["baseline_first_audio_ms"]["p50"] in (1100.0, 1200.0, 1150.0)
+    assert asked["ratio"]["p50"] == pytest.approx(asked["server_first_audio_ms"]["p50"]
+                                                  / asked["baseline_first_audio_ms"]["p50"], abs=0.01)
+
+
+def test_baseline_server_settings_alone_make_a_baseline_page():
+    configs = browser_configs(["hibari-1"], None, {"classify_beside_chat": False})
+    assert [c.name for c in configs] == ["voxline", "baseline"]
+    assert configs[1].server == {"classify_beside_chat": False} and configs[1].query == ""
+    assert [c.name for c in browser_configs(["hibari-1"], None)] == ["voxline"]

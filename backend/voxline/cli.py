@@ -333,12 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
                             help="also N spoken questions of --set in Chromium, spread evenly over it")
     bench_turn.add_argument("--set", type=Path, default=None, metavar="FILE",
                             help="questions with expected keywords, one JSON object a line (default "
-                                 "voxline/bench/sets/questions-en.jsonl)")
+                                 "voxline/bench/sets/questions-en.jsonl); given, the server questions come from it "
+                                 "too")
     bench_turn.add_argument("--voices", action="append", metavar="A,B",
                             help="voices for --browser (default espeak-gb,hibari-1; see bench intents --help)")
     bench_turn.add_argument("--baseline-query", metavar="QUERY",
                             help="--browser: also the page with these settings, alternating, e.g. "
                                  "'&vx.speculativeTurns=false'")
+    bench_turn.add_argument("--baseline-server", action="append", metavar="NAME=VALUE",
+                            help="also a server with this setting (repeatable), e.g. classify_beside_chat=false: "
+                                 "every server question asked of both, alternating, and with --browser the "
+                                 "baseline's pages served by it")
     bench_turn.add_argument("--llm", default="qwen2.5-0.5b-instruct-ct2",
                             help="server LLM (default %(default)s; smollm2-135m-instruct-ct2 for speed)")
     bench_turn.set_defaults(func=_cmd_bench)

@@ -423,7 +423,7 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
     return report, [o for name in outcomes for o in outcomes[name]]
 
 
-def _server_settings(pairs: list[str]) -> dict[str, str]:
+def server_settings(pairs: list[str]) -> dict[str, str]:
     """`--baseline-server NAME=VALUE` pairs, as `Settings` field values (coerced the way `VOXLINE_*` are)."""
     from dataclasses import fields
 
@@ -451,7 +451,7 @@ def main(args) -> int:
                                    llm=args.llm, limit=args.limit, second_hearing=args.second_hearing,
                                    progress=lambda line: print(line, file=sys.stderr, flush=True),
                                    baseline_query=args.baseline_query,
-                                   baseline_server=_server_settings(args.baseline_server or []))
+                                   baseline_server=server_settings(args.baseline_server or []))
     except (SetFormatError, ValueError, FileNotFoundError) as error:
         print(f"voxline bench intents: {error}", file=sys.stderr)
         return 2

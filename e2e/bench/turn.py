@@ -69,7 +69,12 @@ def _baseline_ms(engines, question: str) -> float:
     return 1000 * (time.perf_counter() - started)
 
 
-def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
+def server_run(llm: str, count: int, speculate_ms: float = 0.0, baseline_server: dict | None = None,
+               texts: list[str] | None = None) -> dict:
+    """`texts`: the questions (default the load bench's); `baseline_server`: also every question on a second server
+    with these settings, the two alternating question by question."""
+    from contextlib import ExitStack
+
     from voxline import paths
     from voxline.config import Settings
     from voxline.server.engines import Engines
@@ -77,14 +82,27 @@ def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
     from e2e.harness import ServerThread
 
     settings = Settings.from_env(llm_model=llm)
-    questions = (QUESTIONS * (count // len(QUESTIONS) + 1))[:count]
-    streamed, baseline, speculated, samples = [], [], [], []
-    with ServerThread(settings) as server:
+    pool = list(texts or QUESTIONS)
+    questions = (pool * (count // len(pool) + 1))[:count]
+    streamed, baseline, speculated, samples, other = [], [], [], [], []
+    with ExitStack() as stack:
+        server = stack.enter_context(ServerThread(settings))
         engines = Engines.load(settings, paths.model_dir)  # the baseline's own copy, same models
         url = server.url.replace("http", "ws") + "/ws"
+        other_url = None
+        if baseline_server:
+            other_server = stack.enter_context(ServerThread(Settings.from_env(llm_model=llm, **baseline_server)))
+            other_url = other_server.url.replace("http", "ws") + "/ws"
+            for warm in (url, other_url):  # builds each server's intent classifier, whose warm-up runs beside
+                asyncio.run(_one_turn(warm, WARM_UP_PARAPHRASE, 1))
+            time.sleep(CLASSIFIER_WARM_UP_S)
         for i, question in enumerate(questions):
+            if other_url is not None and i % 2:
+                other.append(asyncio.run(_one_turn(other_url, question, 1)))
             row = asyncio.run(_one_turn(url, question, 1))
             streamed.append(row)
+            if other_url is not None and not i % 2:
+                other.append(asyncio.run(_one_turn(other_url, question, 1)))
             baseline.append(_baseline_ms(engines, question))
             if speculate_ms:
                 speculated.append(asyncio.run(_one_turn(url, question, 1, speculate_ms / 1000)))
@@ -100,8 +118,27 @@ def server_run(llm: str, count: int, speculate_ms: float = 0.0) -> dict:
                               "p95": ratio(summary(first), summary(baseline), "p95")},
         "stages_ms": {k: summary([r[k] for r in streamed if r.get(k) is not None]) for k in timing_keys},
         **(speculation_report(first, speculated, speculate_ms) if speculate_ms else {}),
+        **({"baseline_server": baseline_server_report(streamed, other, baseline_server)} if baseline_server else {}),
         "samples": samples,
     }
+
+
+def baseline_server_report(ours: list[dict], theirs: list[dict], settings: dict) -> dict:
+    """Today's server beside the one with `settings`, same questions: first reply audio over all of them, and over
+    those the baseline's intent classifier had to ask its model about (its `classify` stage ≥
+    `CLASSIFIER_ASKED_MS`; a verdict without the model takes well under a millisecond)."""
+    def first(rows):
+        return summary([r["first_audio_ms"] for r in rows if r["first_audio_ms"]])
+
+    asked = [i for i, r in enumerate(theirs) if ((r.get("stages") or {}).get("classify") or 0) >= CLASSIFIER_ASKED_MS]
+    ours_asked, theirs_asked = first([ours[i] for i in asked]), first([theirs[i] for i in asked])
+    return {"settings": settings,
+            "server_first_audio_ms": first(theirs),
+            "ratio": {"p50": ratio(first(ours), first(theirs)), "p95": ratio(first(ours), first(theirs), "p95")},
+            "classifier_asked": {"questions": len(asked), "server_first_audio_ms": ours_asked,
+                                 "baseline_first_audio_ms": theirs_asked,
+                                 "ratio": {"p50": ratio(ours_asked, theirs_asked),
+                                           "p95": ratio(ours_asked, theirs_asked, "p95")}}}
 
 
 def speculation_report(first: list[float], speculated: list[dict], speculate_ms: float) -> dict:
@@ -134,6 +171,11 @@ SPECULATIVE_WASTED_TOKENS = "voxline_speculative_wasted_tokens_total"
 SPECULATION_KEYS = ("confirmed", "cancelled", "wasted_tokens")
 METRICS_TIMEOUT_S = 5.0
 MAX_WRONG_REPORTED = 40
+WARM_UP_PARAPHRASE = "darken the living room"
+"""A paraphrase the grammar misses: the turn that builds a server's intent classifier (--baseline-server)."""
+CLASSIFIER_WARM_UP_S = 40.0
+"""What the classifier's warm-up (its static prompt prefilled, the neighbours read) takes here, with margin."""
+CLASSIFIER_ASKED_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -349,15 +391,17 @@ def add_difference(total: dict | None, before: dict, after: dict) -> dict:
     return out
 
 
-def browser_configs(voices: list[str], baseline_query: str | None) -> list:
-    """Today's page, and the baseline's when a query is given; ValueError for an unknown voice or page setting."""
+def browser_configs(voices: list[str], baseline_query: str | None, baseline_server: dict | None = None) -> list:
+    """Today's page, and the baseline's when a query or server settings are given; ValueError for an unknown voice
+    or page setting."""
     from e2e.bench.intents import missing_baseline_settings
     from e2e.bench.spoken import VOICES, Config
 
     unknown = [v for v in voices if v not in VOICES]
     if unknown:
         raise ValueError(f"unknown voice(s) {', '.join(unknown)}; have {', '.join(VOICES)}")
-    configs = [Config("voxline")] + ([Config("baseline", query=baseline_query)] if baseline_query else [])
+    configs = [Config("voxline")] + ([Config("baseline", query=baseline_query or "", server=dict(baseline_server or {}))]
+                                     if baseline_query or baseline_server else [])
     # The page refuses a setting it does not know: both sides would then answer nothing.
     missing = missing_baseline_settings(configs)
     if missing:
@@ -366,16 +410,18 @@ def browser_configs(voices: list[str], baseline_query: str | None) -> list:
 
 
 def browser_run(llm: str, count: int, *, voices: list[str] | None = None, set_path: Path = DEFAULT_SET,
-                baseline_query: str | None = None, progress=None) -> tuple[dict, list[dict]]:
+                baseline_query: str | None = None, baseline_server: dict | None = None,
+                progress=None) -> tuple[dict, list[dict]]:
     """The set's first `count` questions (spread evenly over the file) in every voice through the demo page, beside
-    the page with `baseline_query` when given; returns the report and every outcome."""
+    the page with `baseline_query` (and its server with `baseline_server`) when given; returns the report and every
+    outcome."""
     import tempfile
 
     from e2e.bench.intents import limit_items
     from e2e.bench.spoken import run_pages
 
     voices = list(voices or DEFAULT_VOICES)
-    configs = browser_configs(voices, baseline_query)
+    configs = browser_configs(voices, baseline_query, baseline_server)
     questions = limit_items(load_questions(set_path), count)
     outcomes: dict[str, list[dict]] = {c.name: [] for c in configs}
     speculation: dict[str, dict | None] = {c.name: None for c in configs}
@@ -406,7 +452,7 @@ def browser_run(llm: str, count: int, *, voices: list[str] | None = None, set_pa
                                 for name, seen in problems.items()}}
     for config in configs:
         report[config.name] = side_report(outcomes[config.name], speculation[config.name])
-    if baseline_query:
+    if len(configs) > 1:
         report["voxline_vs_baseline"] = compare(report, "voxline", "baseline")
     return report, [o for name in outcomes for o in outcomes[name]]
 
@@ -421,19 +467,25 @@ def wrong_lines(outcomes: list[dict]) -> list[str]:
 
 
 def main(args) -> int:
+    from e2e.bench.intents import server_settings
+
     started = time.monotonic()
     voices = [v for part in args.voices for v in part.split(",") if v] if getattr(args, "voices", None) else None
     set_path = getattr(args, "set", None) or DEFAULT_SET
+    baseline_server = server_settings(getattr(args, "baseline_server", None) or []) or None
     report = {"benchmark": "turn", "llm": args.llm}
     try:
         if args.browser:  # checked before the server part, which takes minutes
             load_questions(set_path)
-            browser_configs(voices or list(DEFAULT_VOICES), args.baseline_query)
+            browser_configs(voices or list(DEFAULT_VOICES), args.baseline_query, baseline_server)
         if args.questions:
-            report["server"] = server_run(args.llm, args.questions, getattr(args, "speculate_ms", 0.0))
+            texts = [q.text for q in load_questions(args.set)] if getattr(args, "set", None) else None
+            report["server"] = server_run(args.llm, args.questions, getattr(args, "speculate_ms", 0.0),
+                                          baseline_server=baseline_server, texts=texts)
         if args.browser:
             report["browser"], outcomes = browser_run(
                 args.llm, args.browser, voices=voices, set_path=set_path, baseline_query=args.baseline_query,
+                baseline_server=baseline_server,
                 progress=lambda line: print(line, file=sys.stderr, flush=True))
             wrong = wrong_lines(outcomes)
             print(f"\n{len(wrong)} not right of {len(outcomes)} (config, voice, question, heard, reply):",
