@@ -413,3 +413,58 @@ def test_with_the_setting_off_the_chat_starts_after_the_verdict(server_engines):
                                               classify_beside_chat=False)
     assert "reply.delta" in [f["type"] for f in frames]
     assert timings["llm_queued_ms"] >= timings["classify_ms"]
+
+
+def test_a_speculative_turn_cancelled_while_the_verdict_is_out_sends_nothing_and_leaves_no_history(server_engines):
+    """The page went on speaking while the server was still deciding whether its words were a command, the chat
+    already talking beside the classifier: the cancel stops both, and the next turn is served as usual."""
+    import asyncio
+    import json
+    import threading
+    import time
+
+    from voxline.server import protocol as p
+    from voxline.server.engines import Engines
+    from voxline.server.outbox import Outbox
+    from voxline.server.session import Session
+
+    real = classifier_for(server_engines)
+    released = threading.Event()
+
+    class VerdictWithheld:
+        def screen(self, text, lang="en"):
+            return real.screen(text, lang)
+
+        def classify(self, text, lang="en"):
+            released.wait(120)
+            return real.classify(text, lang)
+
+    engines = Engines(server_engines.settings, server_engines.grammar, server_engines.resolver, server_engines.llm,
+                      server_engines.tts, server_engines.asr)
+    engines.__dict__["_intent_classifier"] = VerdictWithheld()
+
+    async def scenario():
+        outbox = Outbox()
+        session = Session(engines, outbox)
+        await session.receive_text(json.dumps({"type": "hello", "v": 1, "capabilities": {"reply_audio": True}}))
+        await outbox.get()  # welcome
+        await session.dispatch(p.TurnStart(turn_id=1, transcript="do you like music", confidence=0.95,
+                                           speculative=True))
+        turn, deadline = session.turn, time.monotonic() + 120
+        while turn.deltas < 2:  # the chat beside the classifier is talking; the verdict is still out
+            assert time.monotonic() < deadline, "the chat generated nothing in 120 s"
+            await asyncio.sleep(0.01)
+        await session.dispatch(p.TurnCancel(turn_id=1))
+        released.set()
+        leaked = [outbox._items.popleft() for _ in range(len(outbox._items))]
+        await session.dispatch(p.TextTurn(turn_id=2, text="what is the capital of spain"))
+        await session.turn.task
+        return turn, leaked, session.history.exchanges
+
+    try:
+        turn, leaked, history = asyncio.run(scenario())
+    finally:
+        released.set()
+    assert leaked == [], leaked
+    assert turn.verdict_held is None and turn.task.done()
+    assert [e.user for e in history] == ["what is the capital of spain"]

@@ -201,13 +201,14 @@ class TurnPipeline:
                 self.end(turn, reply, interrupted=interrupted)
             await chat  # its errors are the turn's, as when it runs alone
             return
-        wasted = turn.deltas
         await self._discard_chat(turn, chat, marks_before | {"classify_ms"})
-        self.engines.metrics.chat_beside_classifier("discarded", wasted)
+        self.engines.metrics.chat_beside_classifier("discarded", turn.deltas)
+        turn.deltas = 0  # counted here; a speculative turn cancelled later has wasted nothing more
         await self._answer_command(turn, verdict.match)
 
     async def _discard_chat(self, turn: Turn, chat: asyncio.Task, keep_marks: set[str]) -> None:
-        """Stop a chat whose verdict said "command" (or never came) and undo every trace of it on the turn."""
+        """Stop a chat whose verdict said "command" (or never came) and undo every trace of it on the turn, but for
+        `deltas` (the work it wasted, which the caller counts)."""
         self._stop_generation(turn)
         chat.cancel()
         with suppress(asyncio.CancelledError, Exception):
@@ -218,7 +219,7 @@ class TurnPipeline:
         turn.verdict_held = turn.verdict_end = None
         turn.cancel = threading.Event()
         turn.ticket, turn.kind, turn.llm_tokens = None, None, None
-        turn.reply_text, turn.clauses, turn.audio_frames, turn.deltas = "", [], 0, 0
+        turn.reply_text, turn.clauses, turn.audio_frames = "", [], 0
         for name in set(turn.marks) - keep_marks:
             del turn.marks[name]
 
