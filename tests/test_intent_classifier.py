@@ -19,6 +19,7 @@ from voxline.server.intent_classifier import (
     grounded,
     parse_command,
 )
+from wsframes import drain
 
 
 @pytest.fixture(scope="module")
@@ -220,12 +221,7 @@ def _turn_frames(engines, text: str) -> list[dict]:
         await session.receive_text(json.dumps({"type": "hello", "v": 1, "capabilities": {"reply_audio": False}}))
         await session.dispatch(p.TextTurn(turn_id=1, text=text))
         await session.turn.task
-        frames = []
-        while outbox._items:
-            item = await outbox.get()
-            data = item.data() if callable(item.data) else item.data
-            if isinstance(data, str):
-                frames.append(json.loads(data))
+        frames, _ = await drain(outbox)
         return [f for f in frames if f.get("type") != "hello"]
 
     return asyncio.run(scenario())
@@ -361,14 +357,7 @@ def _turn_beside_chat(engines, text: str, *, wait_for_chat: bool, **settings):
         await session.receive_text(json.dumps({"type": "hello", "v": 1, "capabilities": {"reply_audio": True}}))
         await session.dispatch(p.TextTurn(turn_id=1, text=text))
         await session.turn.task
-        frames, audio = [], []
-        while outbox._items:
-            item = await outbox.get()
-            data = item.data() if callable(item.data) else item.data
-            if isinstance(data, str):
-                frames.append(json.loads(data))
-            else:
-                audio.append(p.parse_reply_audio(data))
+        frames, audio = await drain(outbox)
         return [f for f in frames if f["type"] != "hello"], audio, session.history.exchanges
 
     frames, audio, history = asyncio.run(scenario())

@@ -19,6 +19,7 @@ from voxline.server.engines import Engines
 from voxline.server.outbox import Outbox
 from voxline.server.pipeline import APOLOGY
 from voxline.server.session import Session, SessionState
+from wsframes import drain
 
 SMOLLM = "smollm2-135m-instruct-ct2"
 
@@ -71,15 +72,7 @@ async def turn(session: Session, outbox: Outbox, message: dict) -> tuple[list[di
     await session.receive_text(json.dumps(message))
     if session.turn is not None:
         await asyncio.wait_for(session.turn.task, 60)
-    messages, audio = [], []
-    while outbox._items:
-        item = await outbox.get()
-        data = item.data() if callable(item.data) else item.data
-        if isinstance(data, bytes):
-            audio.append(p.parse_reply_audio(data))
-        else:
-            messages.append(json.loads(data))
-    return messages, audio
+    return await drain(outbox)
 
 
 async def greeted(engines: Engines, **capabilities) -> tuple[Session, Outbox]:
