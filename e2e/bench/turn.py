@@ -3,7 +3,8 @@
 Server: a real `voxline serve` (uvicorn, loopback) and a real WebSocket client; each question is sent the way the
 page sends a finished utterance (`turn.start` with a confident transcript), and the clock runs from that send to the
 first reply audio frame received. The baseline, in the same run and alternating question by question, is the
-non-streaming pipeline: the whole reply from the same LLM, then TTS of all of it.
+non-streaming pipeline: the whole reply from the same LLM, then TTS of all of it. `--baseline-server NAME=VALUE`
+also asks every question of a second server with those settings, the two alternating question by question.
 
 Browser (`--browser N`): N questions of a held-out set (`sets/questions-en.jsonl`, each with the keywords a right
 answer contains) spoken by synthetic voices through Chromium's fake microphone, on the capture clock: end of speech
@@ -176,6 +177,7 @@ WARM_UP_PARAPHRASE = "darken the living room"
 CLASSIFIER_WARM_UP_S = 40.0
 """What the classifier's warm-up (its static prompt prefilled, the neighbours read) takes here, with margin."""
 CLASSIFIER_ASKED_MS = 50.0
+"""A `classify` stage this long means the classifier asked its model (its other verdicts take under a millisecond)."""
 
 
 @dataclass(frozen=True)
