@@ -334,8 +334,9 @@ class VerdictAfterTheChatSpoke:
 
 
 def _turn_beside_chat(engines, text: str, *, wait_for_chat: bool, **settings):
-    """One text turn through a real session on `engines` (with `settings` changed), reply audio on: the JSON frames,
-    the reply audio frames, the timings message and the session's history afterwards."""
+    """One text turn through a real session on `engines` (with `settings` changed; two LLM slots unless they say
+    otherwise, whatever this machine's cores), reply audio on: the JSON frames, the reply audio frames, the timings
+    message and the session's history afterwards."""
     import asyncio
     import json
     from dataclasses import replace
@@ -346,8 +347,8 @@ def _turn_beside_chat(engines, text: str, *, wait_for_chat: bool, **settings):
     from voxline.server.session import Session
 
     real = classifier_for(engines)  # built (and warmed up) once per module: the same model, the same verdicts
-    engines = Engines(replace(engines.settings, **settings), engines.grammar, engines.resolver, engines.llm,
-                      engines.tts, engines.asr)
+    engines = Engines(replace(engines.settings, **{"llm_parallel_batches": 2, **settings}), engines.grammar,
+                      engines.resolver, engines.llm, engines.tts, engines.asr)
 
     async def scenario():
         outbox = Outbox()
@@ -397,9 +398,11 @@ def test_a_question_the_classifier_is_asked_about_is_answered_by_the_chat_starte
     assert timings["llm_first_token_ms"] <= timings["classify_ms"]
 
 
-def test_with_the_setting_off_the_chat_starts_after_the_verdict(server_engines):
-    frames, _, timings, _ = _turn_beside_chat(server_engines, "do you like music", wait_for_chat=False,
-                                              classify_beside_chat=False)
+@pytest.mark.parametrize("settings", [{"classify_beside_chat": False},
+                                      {"batching": False},              # one LLM slot: the two would queue
+                                      {"llm_parallel_batches": 1}])
+def test_with_the_setting_off_or_one_llm_slot_the_chat_starts_after_the_verdict(server_engines, settings):
+    frames, _, timings, _ = _turn_beside_chat(server_engines, "do you like music", wait_for_chat=False, **settings)
     assert "reply.delta" in [f["type"] for f in frames]
     assert timings["llm_queued_ms"] >= timings["classify_ms"]
 
@@ -428,8 +431,10 @@ def test_a_speculative_turn_cancelled_while_the_verdict_is_out_sends_nothing_and
             released.wait(120)
             return real.classify(text, lang)
 
-    engines = Engines(server_engines.settings, server_engines.grammar, server_engines.resolver, server_engines.llm,
-                      server_engines.tts, server_engines.asr)
+    from dataclasses import replace
+
+    engines = Engines(replace(server_engines.settings, llm_parallel_batches=2), server_engines.grammar,
+                      server_engines.resolver, server_engines.llm, server_engines.tts, server_engines.asr)
     engines.__dict__["_intent_classifier"] = VerdictWithheld()
 
     async def scenario():

@@ -80,7 +80,8 @@ class Settings:
     """When the grammar misses and only the LLM classifier can tell whether the words are a command, the chat starts
     at the same moment beside it, everything it would send held back until the verdict: a question no longer waits
     for the classifier (0.6-0.9 s on one core of this machine) before its answer starts; a command after all discards
-    the chat unsent and untraced. Off: the chat starts after the verdict."""
+    the chat unsent and untraced. Off, or with one LLM slot (`llm_parallel_count() == 1`): the chat starts after
+    the verdict."""
     reply_max_tokens: int = DEFAULT_REPLY_MAX_TOKENS
     """Longest spoken reply, in LLM tokens (about 0.75 words each)."""
     reply_max_seconds: float = DEFAULT_REPLY_MAX_SECONDS

@@ -157,7 +157,7 @@ class TurnPipeline:
             classifier = classifier_for(self.engines) if match is None else None
             if classifier is not None:  # the grammar missed: is it still one of the intents?
                 verdict = classifier.screen(turn.text, self.session.lang)
-                if verdict is None and self.settings.classify_beside_chat:
+                if verdict is None and self._chat_beside_classifier():
                     await self._classify_beside_chat(turn, classifier)
                     return
                 if verdict is None:
@@ -175,6 +175,12 @@ class TurnPipeline:
         except Exception as exc:  # a bug must not kill the session: the client still gets its turn closed
             log.exception("turn %s of session %s failed", turn.turn_id, self.session.id)
             await self.fail(turn, TurnError(f"internal error ({exc}); please try again"))
+
+    def _chat_beside_classifier(self) -> bool:
+        """Whether the chat may start beside the classifier: the setting, and a second LLM slot to run it on. With
+        one slot (`--batching off`, one core) the two calls would queue on the same worker, and a verdict stuck behind
+        a whole chat reply would make a command wait for it."""
+        return self.settings.classify_beside_chat and self.settings.llm_parallel_count() > 1
 
     async def _classify_beside_chat(self, turn: Turn, classifier) -> None:
         """Ask the classifier and start the chat at once, beside it: everything the chat sends is held
