@@ -131,10 +131,34 @@ def launch_chromium(browser_type, wav: Path | None = None):
     return browser_type.launch(executable_path=CHROMIUM, args=args)
 
 
-class VoxlinePage:
-    """One browser whose fake microphone plays one WAV, on the demo page with `?autostart=1`."""
+UP_TIMEOUT_S = 180.0
+"""How long a page may take to bring up everything it loads after `ready` (grammar engine, smart-turn): ~5 s on a
+quiet machine, several times that with the suite's other work on the same two cores."""
+EVERYTHING_UP = """(() => {
+  const v = window.voxline;
+  if (!v || !window.__vx.some((e) => e.name === 'ready')) return false;
+  const engine = !v.intents || v.intents.ready || v.intents.failure;
+  const lexicon = !v.intents?.ready || v.grammarDecodeState !== 'waiting';
+  return Boolean(engine && lexicon && (v.turnDetectionState === 'up' || v.turnDetectionState === 'off'));
+})()"""
+"""The page has loaded what listening needs and everything that comes after `ready`, or has said it cannot."""
+SETTLED = "(() => { const turns = ev.filter((e) => e.name === 'turn'); return !turns.length || turns.at(-1).state === 'idle'; })()"
+"""The page has nothing left to decide: no turn heard, or the last one ended (`voxline:turn` idle, whatever its
+outcome)."""
 
-    def __init__(self, browser_type, base_url: str, wav: Path | None, query: str = "", before_goto=None) -> None:
+
+class VoxlinePage:
+    """One browser whose fake microphone plays one WAV, on the demo page.
+
+    `listen="when-up"` (the default) opens the page, waits until the grammar engine, the grammar-aware decoder and
+    smart-turn are up (or have failed), and then presses the microphone button: Chromium's fake microphone starts
+    its file when the page opens it, so what the test hears then meets the page as a user who waited for it would,
+    whatever the machine's load, and needs no lead silence to cover the start. `listen="at-once"` opens the page
+    with `?autostart=1`, which listens as soon as `voxline:ready` fires and loads the rest meanwhile.
+    """
+
+    def __init__(self, browser_type, base_url: str, wav: Path | None, query: str = "", before_goto=None,
+                 listen: str = "when-up") -> None:
         self.browser = launch_chromium(browser_type, wav)
         self.context = self.browser.new_context(permissions=["microphone"])
         self.page = self.context.new_page()
@@ -149,7 +173,17 @@ class VoxlinePage:
         self.page.on("websocket", self._watch_socket)
         if before_goto is not None:
             before_goto(self.page)
-        self.page.goto(f"{base_url}/?autostart=1{query}")
+        if listen == "at-once":
+            self.page.goto(f"{base_url}/?autostart=1{query}")
+            return
+        if listen != "when-up":
+            raise ValueError(f"listen must be 'when-up' or 'at-once', not {listen!r}")
+        self.page.goto(f"{base_url}/?autostart=0{query}")
+        try:
+            wait_for_js(self.page, EVERYTHING_UP, UP_TIMEOUT_S, poll_s=0.05)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n{self.timeline()}\n{self.console[-20:]}") from None
+        self.page.click("#mic")
 
     def _watch_socket(self, ws) -> None:
         ws.on("framesent", lambda payload: self.ws_sent.append(payload))  # playwright wraps only Python functions
@@ -172,9 +206,15 @@ class VoxlinePage:
         wait_for_js(self.page, f"(() => {{ const ev = window.__vx; const heard = window.voxline?.capture.audioTime "
                                f"?? 0; return {predicate}; }})()", timeout_s)
 
-    def wait_until_heard(self, seconds: float, settle_s: float = 2.0) -> None:
-        """Wait until the microphone has delivered `seconds` of audio, then `settle_s` more for the last turn."""
+    def wait_until_heard(self, seconds: float, settle_s: float = 2.0, decide_timeout_s: float = 90.0) -> None:
+        """Wait until the microphone has delivered `seconds` of audio and `settle_s` more, and then until the page
+        has decided what it heard (on a loaded machine its decode and the grammar engine may answer seconds after
+        the audio came in)."""
         self.wait_for(f"heard > {seconds + settle_s}", timeout_s=seconds + settle_s + 90)
+        try:
+            self.wait_for(SETTLED, timeout_s=decide_timeout_s)
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}\n" + "\n".join(self.timeline())) from None
 
     def close(self) -> None:
         self.context.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 from voxline.bench.audio import RATE, compose, hibari, write_wav
 from e2e.harness import wait_for_js
 
-ENGINE_START_S = 14.0
-"""Lead silence before the command: the grammar engine (Pyodide) is up by then, so the command is answered locally."""
 RECORD_TIMINGS = "document.addEventListener('voxline:timings', (e) => window.__vx.push({name: 'timings', ...e.detail}));"
 
 
@@ -110,7 +108,7 @@ def test_the_page_works_under_its_content_security_policy_and_reports_what_break
 
 
 def test_a_spoken_command_gets_one_timings_event_and_a_waterfall(open_voxline, tmp_path):
-    audio, (command,) = compose([("pause the music", hibari("pause the music"))], lead_s=ENGINE_START_S, tail_s=3.0)
+    audio, (command,) = compose([("pause the music", hibari("pause the music"))], tail_s=3.0)
     wav = write_wav(tmp_path / "command.wav", audio)
     vx = open_voxline(wav, before_goto=lambda page: page.add_init_script(RECORD_TIMINGS))
     vx.wait_until_heard(len(audio) / RATE)

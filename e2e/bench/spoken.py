@@ -42,7 +42,7 @@ def run_configs(
         wav = test_audio.write_wav(Path(tmp) / "clips.wav", audio)
         for _ in range(rounds):
             for name, query in configs.items():
-                page = VoxlinePage(pw.chromium, server.url, wav, query)
+                page = VoxlinePage(pw.chromium, server.url, wav, query, listen="at-once")  # at `ready`, as the README's runs
                 try:
                     page.wait_until_heard(duration_s)
                     runs[name].append(page.events())
@@ -171,7 +171,8 @@ def run_pages(
                 for config in order:
                     if before_page is not None:
                         before_page(config.name, servers[config.name].url, page)
-                    browser_page = VoxlinePage(pw.chromium, servers[config.name].url, page.wav, config.query)
+                    browser_page = VoxlinePage(pw.chromium, servers[config.name].url, page.wav, config.query,
+                                               listen="at-once")
                     try:
                         browser_page.wait_until_heard(page.duration_s)
                         events = browser_page.events()

@@ -112,6 +112,9 @@ export class Voxline {
     this.turnDetection = null;
     /** @type {'waiting'|'loading'|'up'|'off'} where smart-turn stands (for a page or a test that polls) */
     this.turnDetectionState = 'waiting';
+    /** @type {'waiting'|'up'|'off'} whether the ASR worker has the grammar's word graph (grammar-aware decoding);
+     * it comes once the grammar engine is up, and until then commands are read from the free transcript alone */
+    this.grammarDecodeState = this.settings.grammarDecode ? 'waiting' : 'off';
   }
 
   /** Load models and start the workers; fires `voxline:ready` (never waits for the microphone). */
@@ -279,8 +282,13 @@ export class Voxline {
   /** Give the recogniser the grammar's word graph, for command readings (grammar-aware decoding). */
   #sendLexicon() {
     if (!this.settings.grammarDecode || !this.intents) return;
-    this.intents.lexicon().then((lexicon) => this.asrWorker.postMessage({ type: 'lexicon', lexicon }))
-      .catch((error) => this.#fail('grammar_decode_unavailable', `Commands are recognised without the grammar's help: its word graph could not be built (${error.message}).`));
+    this.intents.lexicon().then((lexicon) => {
+      this.asrWorker.postMessage({ type: 'lexicon', lexicon }); // ahead of any decode asked for after this
+      this.grammarDecodeState = 'up';
+    }).catch((error) => {
+      this.grammarDecodeState = 'off';
+      this.#fail('grammar_decode_unavailable', `Commands are recognised without the grammar's help: its word graph could not be built (${error.message}).`);
+    });
   }
 
   /** Ask the ASR worker for a decode of [start, end); the answer comes back to `turn` by request id. */
