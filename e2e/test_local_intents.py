@@ -90,6 +90,27 @@ def test_cached_commands_need_neither_the_engine_nor_the_backend(browser_type, v
         browser.close()
 
 
+def test_a_command_the_speaker_paused_after_acts_however_late_its_decode_answers(open_voxline, tmp_path):
+    """A pause longer than `commandSilenceSecs` (0.15 s) after a complete command, and the speaker goes on: the
+    command acts, and what they added is a request of its own, whether the pause's decode answered before they went
+    on (a quiet machine: ~0.2 s after the last word) or after (a busy one): the outcome follows the audio, not the
+    machine's speed (before, a decode that answered late was dropped, and the whole turn went to the server)."""
+    parts = ["skip this song", "and set a timer for ten minutes"]
+    clips = [(text, hibari(text, seed=i)) for i, text in enumerate(parts)]
+    audio, placed = compose(clips, gap_s=0.35, tail_s=4.0)
+    wav = write_wav(tmp_path / "paused-after.wav", audio)
+    vx = open_voxline(wav, "&vx.hangoverSecs=2.5&vx.turnCompleteProb=2")
+    vx.wait_until_heard(len(audio) / RATE)
+    intents = vx.events("intent")
+    timeline = "\n".join(vx.timeline())
+    assert [(i["intent"], i["slots"], i.get("amends")) for i in intents] == [
+        ("media.next", {}, None), ("timer.set", {"seconds": 600}, None)], timeline
+    assert intents[0]["early"] and placed[0].end_s < intents[0]["audio_t"] < placed[1].end_s, timeline
+    assert intents[1]["audio_t"] > placed[1].end_s, timeline
+    assert [e.get("outcome") for e in vx.events("turn") if e["state"] == "idle"] == ["local"], timeline
+    assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"
+
+
 def test_the_recogniser_reads_commands_with_the_grammar_and_questions_without(open_voxline, tmp_path):
     """Grammar-aware decoding in Chromium: the ASR worker gets the engine's word graph; a command's final
     transcript carries a command reading that the device acts on, a question's goes to the server unchanged."""

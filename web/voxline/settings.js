@@ -43,13 +43,19 @@ export const DEFAULTS = Object.freeze({
    * `completeByMeaning`). Its decode, started at the pause, takes longer than that here (~150 ms after the ~60 ms
    * the detector needs to see the pause), so it is the decode that bounds the command, not this wait. What may
    * still follow such a command does not change it ("pause the music" … "for a moment"); a speaker who goes on
-   * with another request is heard as the turn goes on (see voxline.js `#amend`). */
+   * with another request is heard as the turn goes on (see voxline.js `#goneOn`). */
   commandSilenceSecs: 0.15,
   /** A command is complete when no longer command of the grammar would do something else: "pause" (… "the music"
    * pauses all the same), "mute", "next" act after `commandSilenceSecs`; "stop" (… "the timer"), "turn on the
    * lights" (… "in the kitchen") wait for `prefixCommandSilenceSecs` (voxline.intents.could_change). Off: the design
    * before, complete only when no longer command starts with the same words at all. */
   completeByMeaning: true,
+  /** A pause the detector heard long enough for a command (`commandSilenceSecs`, `prefixCommandSilenceSecs`)
+   * decides by what was said before it even when its decode answers after the speaker went on (a busy machine):
+   * the command acts then, and what followed is read as voxline.js `#goneOn` says, as on a quiet machine. Off: the
+   * design before, which dropped that decode, so the whole turn was decided at its end (on two loaded cores "skip
+   * this song" … "and set a timer for ten minutes" went to the server as one question). */
+  latePauseDecodes: true,
   /** Silence after which a command that more words could still change ("turn the volume down" … "to 30", "stop" …
    * "the timer") acts without waiting for the hangover: longer than the pauses people make inside a sentence
    * (150-500 ms), since what would change the command is exactly what follows such a pause. */

@@ -346,7 +346,15 @@ export class Voxline {
         turn.continuedVoicedAt = ev.voicedAt;
       }
       this.#cancelSpeculation(turn); // what was heard at the pause is not the whole turn
-      if (turn.final) this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
+      // A pause the detector had heard long enough for a command (`command-silence`) is decided by what was said
+      // before it, however late its decode answers: on a busy machine the speaker may go on before it does, and
+      // acting or not must follow the audio, not the machine's speed. Other pauses' decodes are cancelled.
+      if (this.settings.latePauseDecodes && turn.final && !turn.dispatched && !turn.final.promoted
+        && turn.final.silent.size) {
+        (turn.lapsed ??= new Map()).set(turn.final.id, { ...turn.final, resumedAt: ev.start, resumedVoicedAt: ev.voicedAt });
+      } else if (turn.final) {
+        this.asrWorker.postMessage({ type: 'cancel', id: turn.final.id });
+      }
       if (turn.final?.promoted) turn.partial = null;
       turn.final = null;
       turn.result = null;
@@ -405,7 +413,10 @@ export class Voxline {
       }
       return;
     }
-    if (turn.final?.id !== msg.id) return; // a speculative decode the speaker talked over
+    if (turn.final?.id !== msg.id) { // a pause's decode the speaker talked over: it may still decide (see 'resume')
+      if (turn.lapsed?.has(msg.id) && msg.text) this.#earlyIntent(turn, msg);
+      return;
+    }
     if (turn.final.pauseId) this.vadWorker.postMessage({ type: 'asr-idle', pauseId: turn.final.pauseId });
     turn.result = { ...msg, requestedAt, answeredAt: this.capture.audioTime };
     if (turn.ended) this.#finish(turn);
@@ -525,20 +536,33 @@ export class Voxline {
    * has heard the silence its kind waits for (`command-silence`): a complete command that nothing longer could
    * extend `commandSilenceSecs`, one that could go on ("turn the volume down" … "to 30") `prefixCommandSilenceSecs`.
    * A partial, taken while the user still speaks, never acts: that would act on part of what was said.
+   * The pause decoded is the turn's current one, or one the speaker went on after before it was decided (see
+   * 'resume'), which acts only on the silence heard before they did, and only while the turn is not over (then its
+   * final decides, as at any speed).
    */
   async #earlyIntent(turn, decoded) {
     const gate = this.settings.pauseIntentMinConfidence;
     if (!this.intents || turn.dispatched || !decoded.final) return;
-    const stale = () => turn.ended || turn.final?.id !== decoded.id;
+    const pauseOf = () => (turn.final?.id === decoded.id ? turn.final : turn.lapsed?.get(decoded.id));
+    const stale = () => turn.ended || !pauseOf();
     const learned = decoded.confidence >= gate ? this.intents.peek(decoded.text) : null;
     const found = learned
       ? await this.#cachedCommand(decoded.text, decoded.confidence, learned, true)
       : await this.#localCommand(decoded, Math.max(gate, this.settings.commandMinConfidence), gate, true);
-    // stale: a pause the speaker talked over, a turn the final decides
+    // stale: the turn is over (its final decides), or a pause the speaker talked over too soon for any command
     if (turn.dispatched || stale() || !found) return;
     const command = { ...found, kind: found.complete ? 'complete' : 'prefix' };
-    if (turn.final.silent.has(command.kind)) this.#act(turn, command, { early: true });
-    else turn.final.waitingCommand = command;
+    const pause = pauseOf();
+    const lapsed = pause !== turn.final;
+    if (!pause.silent.has(command.kind)) {
+      if (!lapsed) turn.final.waitingCommand = command; // its silence may come yet
+      return;
+    }
+    if (lapsed && turn.continuedAt === undefined) { // what the speaker added after it is read as #goneOn says
+      turn.continuedAt = pause.resumedAt;
+      turn.continuedVoicedAt = pause.resumedVoicedAt;
+    }
+    this.#act(turn, command, { early: true });
   }
 
   /**

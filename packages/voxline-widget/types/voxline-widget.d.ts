@@ -183,6 +183,7 @@ export interface VoxlineSettings {
   turnCompleteMinSilenceSecs: number;
   commandSilenceSecs: number;
   completeByMeaning: boolean;
+  latePauseDecodes: boolean;
   prefixCommandSilenceSecs: number;
   hangoverSecs: number;
   maxTurnSecs: number;
