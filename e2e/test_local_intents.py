@@ -105,7 +105,7 @@ def test_a_command_the_speaker_paused_after_acts_however_late_its_decode_answers
     timeline = "\n".join(vx.timeline())
     assert [(i["intent"], i["slots"], i.get("amends")) for i in intents] == [
         ("media.next", {}, None), ("timer.set", {"seconds": 600}, None)], timeline
-    assert intents[0]["early"] and placed[0].end_s < intents[0]["audio_t"] < placed[1].end_s, timeline
+    assert intents[0]["early"] and intents[0]["audio_t"] > placed[0].end_s, timeline
     assert intents[1]["audio_t"] > placed[1].end_s, timeline
     assert [e.get("outcome") for e in vx.events("turn") if e["state"] == "idle"] == ["local"], timeline
     assert [json.loads(f)["type"] for f in vx.ws_sent] == ["hello"], "no WebSocket frame for local intents"
@@ -175,9 +175,9 @@ def test_what_the_speaker_adds_after_a_command_acted_is_heard(open_voxline, tmp_
     When it is another command ("turn the volume down" … "to thirty percent"), that acts too and `amends` the
     first; when it is no command ("skip this song" … "and set a timer for ten minutes"), what the speaker added is
     a request of its own and acts too; when it says the same ("go back" … "one song"), nothing more acts. None goes
-    to the server. The pause (1.5 s) is long enough for the first decode and for a command that could go on
-    (`prefixCommandSilenceSecs` 0.3 s here) on a loaded machine, and the turn ends later still (hangover 2.5 s,
-    smart-turn off), so the outcome does not depend on the machine's speed."""
+    to the server. The pause (1.5 s) is longer than a command that could go on waits (`prefixCommandSilenceSecs`,
+    0.3 s here), the pause decides however late its decode answers (`latePauseDecodes`), and the turn ends 2.5 s
+    after the speech (hangover, smart-turn off), so the outcome does not depend on the machine's speed."""
     clips = [(text, hibari(text, seed=i)) for i, text in enumerate(parts)]
     audio, placed = compose(clips, gap_s=1.5, tail_s=4.0)
     wav = write_wav(tmp_path / "went-on.wav", audio)
@@ -186,9 +186,9 @@ def test_what_the_speaker_adds_after_a_command_acted_is_heard(open_voxline, tmp_
     intents = vx.events("intent")
     timeline = "\n".join(vx.timeline())
     assert [(i["intent"], i["slots"], i.get("amends")) for i in intents] == expected, timeline
-    # The first acted on the pause's decode (`early`); on a loaded machine that decode may answer a little after
-    # the speaker went on, but the detector had not heard them yet, so before what they added was over.
-    assert intents[0]["early"] and intents[0]["audio_t"] < placed[1].end_s, timeline
+    # The first acted on the pause's decode (`early`), before the turn was over: on a quiet machine during the
+    # pause, on a loaded one maybe after the speaker went on (`latePauseDecodes`).
+    assert intents[0]["early"] and intents[0]["audio_t"] > placed[0].end_s, timeline
     assert all(i["audio_t"] > placed[1].end_s for i in intents[1:]), timeline
     assert len(vx.events("speech-end")) == 1, timeline
     assert [e.get("outcome") for e in vx.events("turn") if e["state"] == "idle"] == ["local"], timeline
