@@ -34,8 +34,8 @@ def open_voxline(browser_type, voxline_server):
     """Open the demo page with a given fake-microphone WAV; every page is closed at the end of the test."""
     opened: list[VoxlinePage] = []
 
-    def _open(wav: Path | None, query: str = "", before_goto=None) -> VoxlinePage:
-        opened.append(VoxlinePage(browser_type, voxline_server.url, wav, query, before_goto))
+    def _open(wav: Path | None, query: str = "", before_goto=None, listen: str = "when-up") -> VoxlinePage:
+        opened.append(VoxlinePage(browser_type, voxline_server.url, wav, query, before_goto, listen))
         return opened[-1]
 
     yield _open

@@ -51,7 +51,9 @@ SILENCE_ENDPOINTING = "&vx.turnCompleteProb=2"
 
 def test_utterances_are_transcribed_on_the_device(open_voxline, spoken):
     wav, placed, duration_s = spoken
-    vx = open_voxline(wav, SILENCE_ENDPOINTING)
+    # Listening from `ready` on, as `?autostart=1` does: the first utterance is heard while the grammar engine and
+    # smart-turn still load after it (the other e2e tests listen once they are up).
+    vx = open_voxline(wav, SILENCE_ENDPOINTING, listen="at-once")
     vx.wait_until_heard(duration_s)
     # The device's own final transcripts (a low-confidence turn may also get the server's, without positions).
     finals = [e for e in vx.events("transcript") if e["final"] and e.get("source") != "server"]
