@@ -228,7 +228,8 @@ def decode(clip_paths: list[str], configs: dict[str, dict], grammar) -> dict[str
     done = subprocess.run(["node", str(NODE_SCRIPT)], input=json.dumps(request), capture_output=True, text=True,
                           check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"the node decoder failed: {done.stderr[-2000:]}")
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+        raise RuntimeError(f"the node decoder failed ({how}): {done.stderr[-2000:]}")
     return json.loads(done.stdout)
 
 
