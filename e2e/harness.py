@@ -182,7 +182,9 @@ class VoxlinePage:
         try:
             wait_for_js(self.page, EVERYTHING_UP, UP_TIMEOUT_S, poll_s=0.05)
         except TimeoutError as exc:
-            raise TimeoutError(f"{exc}\n{self.timeline()}\n{self.console[-20:]}") from None
+            message = f"{exc}\n{self.timeline()}\n{self.console[-20:]}"
+            self.close()  # the caller never gets this page to close
+            raise TimeoutError(message) from None
         self.page.click("#mic")
 
     def _watch_socket(self, ws) -> None:
