@@ -3,6 +3,8 @@ the real LLM on a few paraphrases and out-of-domain questions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from voxline.config import Settings
@@ -244,8 +246,6 @@ def test_a_paraphrase_the_grammar_misses_comes_back_as_an_intent_not_a_chat_repl
 
 
 def test_with_the_classifier_off_the_same_words_go_to_the_chat(server_engines):
-    from dataclasses import replace
-
     from voxline.server.engines import Engines
 
     off = Engines(replace(server_engines.settings, intent_classifier="off"), server_engines.grammar,
@@ -339,7 +339,6 @@ def _turn_beside_chat(engines, text: str, *, wait_for_chat: bool, **settings):
     message and the session's history afterwards."""
     import asyncio
     import json
-    from dataclasses import replace
 
     from voxline.server import protocol as p
     from voxline.server.engines import Engines
@@ -430,8 +429,6 @@ def test_a_speculative_turn_cancelled_while_the_verdict_is_out_sends_nothing_and
         def classify(self, text, lang="en"):
             released.wait(120)
             return real.classify(text, lang)
-
-    from dataclasses import replace
 
     engines = Engines(replace(server_engines.settings, llm_parallel_batches=2), server_engines.grammar,
                       server_engines.resolver, server_engines.llm, server_engines.tts, server_engines.asr)
