@@ -17,7 +17,7 @@ def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_s
     assert ready["isolated"] is True and ready["threads"] == 2
     assert ready["load_ms"] > 0
     names = {m["name"] for m in ready["models"]}
-    assert names == {"whisper-tiny-en-onnx", "silero-vad-v5"}  # what listening needs; smart-turn comes after
+    assert names == {"whisper-tiny-en-onnx", "silero-vad-v5-16k"}  # what listening needs; smart-turn comes after
     assert all(m["bytes"] > 1_000_000 for m in ready["models"])
     assert page.locator("#state").inner_text() == "Ready"
     assert page.locator("#progress").is_hidden()
@@ -46,12 +46,12 @@ def _tamper(route):
 
 def test_a_corrupt_model_download_is_refused_with_a_way_out(page, voxline_server):
     page.add_init_script("document.addEventListener('voxline:error', (e) => { window.__error = e.detail; });")
-    page.route("**/wasm_models/silero-vad-v5/*", _tamper)
+    page.route("**/wasm_models/silero-vad-v5-16k/*", _tamper)
     page.goto(voxline_server.url + "/")
     wait_for_js(page, "window.__error !== undefined", 60)
     error = page.evaluate("window.__error")
     assert error["code"] == "model_corrupt"
-    assert "silero_vad_v5.onnx" in error["message"] and "Reload" in error["message"]
+    assert "silero_vad_v5_16k.onnx" in error["message"] and "Reload" in error["message"]
     assert page.locator("#state").get_attribute("data-state") == "error"
     keys = page.evaluate("async () => (await (await caches.open('voxline-models-v1')).keys()).map((r) => r.url)")
     assert not any("silero" in k for k in keys), "an altered file must never be cached"

@@ -43,7 +43,7 @@ def test_a_returning_visit_sends_no_model_or_runtime_bytes(playwright, voxline_s
     # The runtimes' wasm was compiled from the on-disk HTTP cache's entry, beside which the browser keeps its code
     stores = {f["name"]: f.get("cache") for f in returning["ready_reports"]["files"]}
     assert stores == {"ort-wasm-simd-threaded.wasm": "http", "encoder.int8.onnx": "storage",
-                      "decoder.int8.onnx": "storage", "tokens.json": "storage", "silero_vad_v5.onnx": "storage"}
+                      "decoder.int8.onnx": "storage", "tokens.json": "storage", "silero_vad_v5_16k.onnx": "storage"}
     engine = {f["name"]: (f["from"], f.get("cache")) for f in returning["engine_files"]}
     assert engine == {"pyodide.asm.wasm": ("cache", "http"), "python_stdlib.zip": ("cache", "storage")}
     assert {f["name"]: f["from"] for f in first["engine_files"]} == {"pyodide.asm.wasm": "network",

@@ -86,9 +86,9 @@ def test_manifest_refuses_an_unknown_level(tmp_path):
 
 def test_the_page_learns_which_models_were_optimized_when_built():
     served = {m["role"]: m["graph_optimization"] for m in browser_manifest(load_manifest())["models"]}
-    # Whisper and smart-turn: their sessions start with the browser's optimizer off. Silero VAD: optimized in the
-    # browser (without constant folding its per-frame run is slower; see convert/optimize.py).
-    assert served == {"browser-asr": "extended", "browser-turn": "extended", "browser-vad": None}
+    # Every browser model's session starts with the browser's optimizer off (Silero VAD's graph has its constants
+    # folded too: see convert/silero_vad.py).
+    assert served == {"browser-asr": "extended", "browser-turn": "extended", "browser-vad": "extended"}
 
 
 def test_the_built_encoder_is_the_optimized_graph(model_dir):

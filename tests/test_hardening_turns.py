@@ -247,8 +247,8 @@ def flip_byte_keeping_mtime(path: Path, offset: int = 1000) -> None:
 
 
 def test_a_browser_model_altered_with_size_and_mtime_kept_is_not_served(cache_with_copies):
-    cache_with_copies("silero-vad-v5")
-    spec = load_manifest().model("silero-vad-v5")
+    cache_with_copies("silero-vad-v5-16k")
+    spec = load_manifest().model("silero-vad-v5-16k")
     (artifact,) = spec.artifacts
     flip_byte_keeping_mtime(paths.model_dir(spec.name) / artifact)
     assert is_current(spec)  # the stamp cannot tell: this is what the server used to trust
@@ -272,8 +272,8 @@ def test_a_browser_model_altered_with_size_and_mtime_kept_is_not_served(cache_wi
 
 
 def test_a_served_model_altered_after_startup_is_still_served_as_it_was_verified(cache_with_copies):
-    cache_with_copies("silero-vad-v5")
-    spec = load_manifest().model("silero-vad-v5")
+    cache_with_copies("silero-vad-v5-16k")
+    spec = load_manifest().model("silero-vad-v5-16k")
     (artifact,) = spec.artifacts
     settings = Settings.from_env(llm_model=SMOLLM, tts_engine="espeak")
     with serving(create_app(settings), settings) as address:

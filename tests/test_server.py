@@ -60,7 +60,7 @@ def test_module_scripts_and_wasm_have_browser_types(client):
     assert wasm.headers["content-type"] == "application/wasm"
 
 
-MODELS = {"whisper-tiny-en-onnx", "silero-vad-v5", "smart-turn-v3.2", "smollm2-135m-instruct-ct2", "whisper-base-ct2",
+MODELS = {"whisper-tiny-en-onnx", "silero-vad-v5-16k", "smart-turn-v3.2", "smollm2-135m-instruct-ct2", "whisper-base-ct2",
           "hibari-heart"}
 
 
@@ -111,8 +111,9 @@ def test_browser_model_files_match_their_manifest_digest(client):
 
 
 @pytest.mark.parametrize("url", ["/wasm_models/whisper-base-ct2/model.bin",
-                                 "/wasm_models/silero-vad-v5/../../stamps/silero-vad-v5.json",
-                                 "/wasm_models/silero-vad-v5/other.onnx"])
+                                 "/wasm_models/silero-vad-v5-16k/../../stamps/silero-vad-v5-16k.json",
+                                 "/wasm_models/silero-vad-v5-16k/other.onnx",
+                                 "/wasm_models/silero-vad-v5/silero_vad_v5.onnx"])  # a source, not for the browser
 def test_only_pinned_browser_files_are_served(client, url):
     assert client.get(url).status_code == 404
 

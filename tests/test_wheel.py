@@ -28,7 +28,7 @@ from voxline.cli import main
 from voxline.config import REPO_ROOT
 from voxline.server.runtimes import PYODIDE, RUNTIMES
 
-BROWSER_MODEL = "silero-vad-v5"
+BROWSER_MODEL = "silero-vad-v5-16k"
 """The browser model fetched through the installed server (the smallest)."""
 
 

@@ -114,11 +114,8 @@ async function vadProb(frame) {
   input.set(context);
   input.set(frame, CONTEXT);
   context = frame.slice(FRAME - CONTEXT);
-  const out = await vad.run({
-    input: new ort.Tensor('float32', input, [1, CONTEXT + FRAME]),
-    state,
-    sr: new ort.Tensor('int64', BigInt64Array.from([16000n]), []),
-  });
+  // The 16 kHz model alone (silero-vad-v5-16k): the published graph's `sr` input went with its 8 kHz model.
+  const out = await vad.run({ input: new ort.Tensor('float32', input, [1, CONTEXT + FRAME]), state });
   state = out.stateN;
   return out.output.data[0];
 }

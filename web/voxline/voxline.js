@@ -165,7 +165,7 @@ export class Voxline {
       const [asr, vad] = wanted.map((m) => files[m.name]);
       // The runtime went with `runtime` (from a server that lists none, each worker loads its own). The model bytes
       // are moved, not copied: the page keeps none of them.
-      const vadModel = vad['silero_vad_v5.onnx'];
+      const vadModel = vad['silero_vad_v5_16k.onnx'];
       this.vadWorker.postMessage({ type: 'init', settings: this.settings, ringBuffer, vadModel,
         graphOptimization: vadEntry.graph_optimization ?? null }, [vadModel.buffer]);
       const { 'encoder.int8.onnx': encoder, 'decoder.int8.onnx': decoder, 'tokens.json': tokens } = asr;

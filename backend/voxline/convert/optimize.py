@@ -13,8 +13,8 @@ What is kept out, and why:
   float16 weights of `GraphBuilder.half_weight`, the STFT basis of `whisper_onnx.dft_basis_node`), undoing those
   smaller files; those few nodes run at each inference instead: +2.3 ms on a 2 s encoder run (43.4 → 45.7 ms, node,
   one thread; the decoder's steps and smart-turn's run are unchanged within noise).
-- **Silero VAD** (the manifest gives it no `graph_optimization`): without constant folding its per-frame run is
-  slower (0.41 → 0.52 ms), and its session is not what `voxline:ready` waits for last (Whisper's are).
+  A model whose manifest entry says `constant_folding` is folded all the same: Silero VAD (`silero_vad.py`), which
+  keeps its weights as `Constant` nodes fed through shape arithmetic, has no such tables, and runs slower unfolded.
 - **The layout level** (`all`): it rewrites for the instruction set of the machine that runs it (NCHWc blocking).
   The `extended` graphs built here compute, in onnxruntime-web with its optimizer off, exactly what the unoptimized
   graphs compute there with `all` (cross K/V, logits, smart-turn's logit: bit for bit). Should a machine's onnxruntime
@@ -33,11 +33,12 @@ from pathlib import Path
 from voxline.models.manifest import GRAPH_OPTIMIZATION_LEVELS
 
 KEPT_OUT = ["ConstantFolding"]
-"""Optimizers not run (see the module docstring)."""
+"""Optimizers not run unless asked for (see the module docstring)."""
 
 
-def optimize_file(path: Path, level: str) -> None:
-    """Rewrite the ONNX file at `path` with its graph optimized by onnxruntime's CPU provider at `level`."""
+def optimize_file(path: Path, level: str, fold_constants: bool = False) -> None:
+    """Rewrite the ONNX file at `path` with its graph optimized by onnxruntime's CPU provider at `level`, constant
+    folding included only when `fold_constants`."""
     import onnxruntime as ort
 
     if level not in GRAPH_OPTIMIZATION_LEVELS:
@@ -54,7 +55,8 @@ def optimize_file(path: Path, level: str) -> None:
     os.close(fd)
     try:
         options.optimized_model_filepath = tmp
-        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=KEPT_OUT)
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=[] if fold_constants else KEPT_OUT)
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
-BUILDERS = ("copy", "whisper_onnx", "gguf_ct2", "smart_turn", "sentence_encoder")
+BUILDERS = ("copy", "whisper_onnx", "gguf_ct2", "smart_turn", "silero_vad", "sentence_encoder")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class ModelSpec:
     graph_optimization: str | None = None
     """onnxruntime's graph optimizer is run on every `.onnx` the builder writes, at this level (`basic` or
     `extended`; `voxline.convert.optimize`), so that the browser creates the session with its own optimizer off."""
+    constant_folding: bool = False
+    """The optimizer folds constants too (kept out by default: `voxline.convert.optimize`)."""
 
     def packages(self) -> set[str]:
         return {m.package for i in self.inputs for m in i.members}
@@ -140,6 +142,7 @@ def _model(raw: dict[str, Any]) -> ModelSpec:
         artifacts=dict(raw.get("artifacts", {})),
         browser=bool(raw.get("browser", False)),
         graph_optimization=_graph_optimization(raw),
+        constant_folding=bool(raw.get("constant_folding", False)),
     )
 
 

