@@ -114,6 +114,41 @@ test('the gaps of an onset are not counted as voice, and a longer gap starts the
   assert.deepEqual(almost.events, []);
 });
 
+/** As `run`, with the onset probability of each frame given apart (`[prob, onset]` pairs). */
+function runWithOnset(pairs, settings = DEFAULTS) {
+  const ep = new Endpointer(settings);
+  const events = [];
+  pairs.forEach(([p, onset], i) => {
+    for (const ev of ep.push(p, (i + 1) * FRAME, FRAME, onset)) events.push({ ...ev, frame: i });
+  });
+  return events;
+}
+
+test('outside a turn the onset probability classes a frame, so a word one stream half hears starts a turn', () => {
+  const enough = Math.ceil((DEFAULTS.minSpeechSecs * RATE) / FRAME);
+  const quiet = (secs) => silence(secs).map((p) => [p, p]);
+  // The main stream hears the word for two frames, the onset stream for enough of them.
+  const word = Array.from({ length: enough }, (_, i) => [i % 2 ? 0.9 : 0.2, 0.9]);
+  const events = runWithOnset([...quiet(0.5), ...word, ...quiet(1.0)]);
+  const start = events.find((e) => e.type === 'speech-start');
+  assert.ok(start, 'the word starts a turn');
+  assert.equal(start.voicedAt, frames(0.5) * FRAME);
+  assert.deepEqual(run([...silence(0.5), ...word.map(([p]) => p), ...silence(1.0)]).events, [],
+    'the main stream alone hears too little of it');
+});
+
+test('within a turn the main stream alone decides: the onset stream neither delays the pause nor resumes', () => {
+  const voiced = (secs) => speech(secs).map((p) => [p, p]);
+  // After the last word, the onset stream (half a frame behind) still hears a frame of it, and then a blip.
+  const tail = [[0.02, 0.9], ...silence(0.3).map((p) => [p, p]), ...Array(4).fill([0.02, 0.9]),
+    ...silence(1.5).map((p) => [p, p])];
+  const events = runWithOnset([...silence(0.3).map((p) => [p, p]), ...voiced(1.0), ...tail]);
+  const pause = events.find((e) => e.type === 'pause');
+  assert.equal(pause.frame, frames(0.3) + frames(1.0), 'the pause is seen at the first frame the main stream calls silent');
+  assert.equal(events.find((e) => e.type === 'speech-end').end, (frames(0.3) + frames(1.0)) * FRAME);
+  assert.ok(!events.some((e) => e.type === 'resume'));
+});
+
 test('a blip inside a pause neither resumes the turn nor moves the end of speech', () => {
   const { events } = run([...speech(1.0), ...silence(0.3), 0.9, ...silence(1.0)]);
   const end = events.find((e) => e.type === 'speech-end');

@@ -15,6 +15,12 @@
 // frame is voiced at p ≥ vadStartProb, unvoiced at p < vadStopProb, and between the two it keeps the previous
 // frame's class. Voiced blips inside a pause that are too short to resume it do not move the end of speech
 // either. Positions are absolute sample indices on the capture clock.
+//
+// While no turn is going on, a frame is classed by its *onset probability*, which the listening worker may take from
+// more than one Silero stream (`vadOnsetPhases`: the larger of two streams half a frame apart): how many frames of a
+// short word Silero calls voiced depends on where the frame boundaries fall in it ("mute", one espeak voice: 1 to 11
+// of its frames as the boundaries move by 64 samples), so one stream misses some short words outright. Within a
+// turn the one stream decides, so the end of speech is placed as before and no pause is seen later.
 
 export const State = Object.freeze({ SILENCE: 'silence', SPEECH: 'speech', PAUSE: 'pause' });
 /** Voiced audio that ends a pause: shorter blips (a breath, a click) leave the pause running. */
@@ -60,13 +66,15 @@ export class Endpointer {
    * @param {number} prob Silero's speech probability for the frame [end - frameSamples, end)
    * @param {number} end absolute index of the sample after the frame
    * @param {number} frameSamples
+   * @param {number} [onsetProb] the probability that classes the frame while no turn is going on (see above)
    * @returns {EndpointEvent[]}
    */
-  push(prob, end, frameSamples) {
+  push(prob, end, frameSamples, onsetProb = prob) {
     const start = end - frameSamples;
     this.lastSeen = end;
     const wasVoiced = this.voiced;
-    this.voiced = prob >= this.s.vadStartProb || (wasVoiced && prob >= this.s.vadStopProb);
+    const p = this.state === State.SILENCE ? onsetProb : prob;
+    this.voiced = p >= this.s.vadStartProb || (wasVoiced && p >= this.s.vadStopProb);
     if (this.voiced && !wasVoiced) this.runStart = start;
     const runSecs = this.voiced ? (end - this.runStart) / this.rate : 0;
 

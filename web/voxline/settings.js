@@ -19,6 +19,10 @@ export const DEFAULTS = Object.freeze({
    * reads as one or two unvoiced frames; a click and the next one come further apart. 0: the voiced audio must be
    * one unbroken run (the design before). */
   onsetGapSecs: 0.1,
+  /** Silero streams whose frames are offset by 1/N of a frame, for the start of a turn (endpointer.js): 2, the
+   * larger of two streams half a frame apart (one more Silero run per frame, ~0.4 ms); 1, one stream (the design
+   * before). How many frames of a short word are voiced depends on where the frame boundaries fall in it. */
+  vadOnsetPhases: 2,
   /** Audio kept before the detected start, so the first phoneme is not clipped. */
   preRollSecs: 0.3,
 

@@ -20,7 +20,11 @@ let ort, vad, turn, ring, endpointer, settings, encoder;
 let turnWorker = null;
 /** smart-turn is loaded and warm (in its worker or here): pauses are asked about from then on. */
 let turnReady = false;
-let state, context, position, running = false;
+let position, running = false;
+/** @typedef {{state: any, context: Float32Array, lag: number}} VadStream Silero's recurrent state and the 64 samples
+ * before its next frame, for a stream whose frames end `lag` samples before the main stream's. */
+/** @type {VadStream[]} the main stream (lag 0: the frame just read), then the onset streams (`vadOnsetPhases`) */
+let streams = [];
 /** Settles once the detector's first run (its warm-up) is done: `listen` waits for it. */
 let warmedUp = Promise.resolve();
 /** Counts `listen` and `stop` messages: a `listen` still waiting for the warm-up when a `stop` came does nothing. */
@@ -105,19 +109,40 @@ function turnAnswer(pauseId, prob, ms) {
 }
 
 function resetVadState() {
-  state = new ort.Tensor('float32', new Float32Array(2 * 128), [2, 1, 128]);
-  context = new Float32Array(CONTEXT);
+  const phases = Math.max(1, Math.round(settings.vadOnsetPhases ?? 1));
+  streams = Array.from({ length: phases }, (_, i) => ({
+    state: new ort.Tensor('float32', new Float32Array(2 * 128), [2, 1, 128]),
+    context: new Float32Array(CONTEXT),
+    lag: Math.round((FRAME * (phases - i)) / phases) % FRAME,
+  }));
 }
 
-async function vadProb(frame) {
+/** One frame through one Silero stream: its speech probability, the stream's state carried on. */
+async function vadProb(frame, stream = streams[0]) {
   const input = new Float32Array(CONTEXT + FRAME);
-  input.set(context);
+  input.set(stream.context);
   input.set(frame, CONTEXT);
-  context = frame.slice(FRAME - CONTEXT);
+  stream.context = frame.slice(FRAME - CONTEXT);
   // The 16 kHz model alone (silero-vad-v5-16k): the published graph's `sr` input went with its 8 kHz model.
-  const out = await vad.run({ input: new ort.Tensor('float32', input, [1, CONTEXT + FRAME]), state });
-  state = out.stateN;
+  const out = await vad.run({ input: new ort.Tensor('float32', input, [1, CONTEXT + FRAME]), state: stream.state });
+  stream.state = out.stateN;
   return out.output.data[0];
+}
+
+/**
+ * The frame that ends at `end` through every stream: the main stream's probability, and the onset probability (the
+ * largest of all streams'; each onset stream reads the frame ending `lag` samples earlier, already in the ring, so
+ * none waits for audio). A stream whose frame is not in the ring (the first frame read) gives nothing.
+ */
+async function frameProbs(frame, end) {
+  const prob = await vadProb(frame, streams[0]);
+  let onset = prob;
+  for (const stream of streams.slice(1)) {
+    const from = end - stream.lag - FRAME;
+    if (from < Math.max(0, ring.written - ring.capacity)) continue;
+    onset = Math.max(onset, await vadProb(ring.read(from, from + FRAME), stream));
+  }
+  return { prob, onset };
 }
 
 async function turnProb(samples) {
@@ -160,8 +185,8 @@ async function loop() {
     const frame = ring.read(position, position + FRAME);
     position += FRAME;
     encoder.push(frame);
-    const prob = await vadProb(frame);
-    for (const ev of endpointer.push(prob, position, FRAME)) await handle(ev);
+    const { prob, onset } = await frameProbs(frame, position);
+    for (const ev of endpointer.push(prob, position, FRAME, onset)) await handle(ev);
     if (answer && position >= answer.heardUpTo) {
       const { pauseId, prob: complete } = answer;
       answer = null;

@@ -175,6 +175,7 @@ export interface VoxlineSettings {
   vadStopProb: number;
   minSpeechSecs: number;
   onsetGapSecs: number;
+  vadOnsetPhases: number;
   preRollSecs: number;
   turnCheckSecs: number;
   turnCheckMaxWaitMs: number;
