@@ -18,7 +18,7 @@
 //
 // While no turn is going on, a frame is classed by its *onset probability*, which the listening worker may take from
 // more than one Silero stream (`vadOnsetPhases`: the larger of two streams half a frame apart): how many frames of a
-// short word Silero calls voiced depends on where the frame boundaries fall in it ("mute", one espeak voice: 1 to 11
+// short word Silero calls voiced depends on where the frame boundaries fall in it ("mute", one espeak voice: 1 to 9
 // of its frames as the boundaries move by 64 samples), so one stream misses some short words outright. Within a
 // turn the one stream decides, so the end of speech is placed as before and no pause is seen later.
 
