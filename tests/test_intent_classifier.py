@@ -271,6 +271,9 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("ask mum to turn off the kitchen lights", "someone_else"), ("tell dad to turn the music down", "someone_else"),
     ("please don't mute yourself", "negated"), ("do not turn off the lights", "negated"),
     ("turn off my alarm", "something_else"), ("mute the tv", "something_else"),
+    # "unpause", "unmute" as Whisper often hears them: the command after "and" is the opposite of what was said
+    ("and pause", "sound_alike"), ("and mute the music", "sound_alike"), ("please and pause", "sound_alike"),
+    ("and play the beatles", None), ("and set a timer for ten minutes", None),
     ("i need a reminder in five minutes for the eggs set a timer", None),
     ("pause for a bit would you", None), ("i don't want any more music", None), ("never mind the timer", None),
     ("how late is it right now", None), ("tell me the time", None), ("can you stop the song for a little while", None),

@@ -333,6 +333,24 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
         yield once
 
 
+def misheard_word_start(tokens: list[str], language: LanguageGrammar) -> str | None:
+    """The grammar word an utterance may open with, heard as a skip word and the rest of the word: "unpause" for
+    "and pause (the music)", else None. Skip words before it are passed over as matching passes over them. Matching
+    refuses such an utterance (see `_may_be_a_word_start`); anything else that reads commands (the server's
+    classifier) must refuse it too, or it acts on the opposite of what was said."""
+    position, advanced = 0, True
+    while advanced:
+        advanced = False
+        for phrase in language.skip_words + language.fillers:
+            if tuple(tokens[position : position + len(phrase)]) != phrase:
+                continue
+            if _may_be_a_word_start(tokens, position, phrase, language):
+                return language.sound_alike[phrase] + tokens[position + len(phrase)]
+            position, advanced = position + len(phrase), True
+            break
+    return None
+
+
 def _may_be_a_word_start(tokens: list[str], position: int, phrase: tuple[str, ...], language: LanguageGrammar) -> bool:
     """Whether the skip word `phrase` at `position` may be a misheard start of the next word: "and mute" for
     "unmute", "and pause" for "unpause" (the language's `sound_alike`). Skipping it would then act on the opposite

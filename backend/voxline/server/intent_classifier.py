@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from voxline.intents import Grammar, Match, normalize, recognize
 from voxline.intents.expression import SlotRef
 from voxline.intents.grammar import LanguageGrammar
+from voxline.intents.recognize import misheard_word_start
 from voxline.intents.slots import Wildcard
 from voxline.paths import model_dir
 from voxline.server.intent_neighbours import IndexCache, IntentNeighbours, Neighbour
@@ -223,10 +224,14 @@ def not_a_request(utterance: str, language: LanguageGrammar) -> str | None:
     which the browser reads no command), or `something_else`: it names a device or skill this assistant has not
     (English only). It errs towards asking (a request phrased oddly still reaches the model), so it only spares
     out-of-domain lines the model would sometimes have rewritten into a command. "I don't want any more music" is
-    a request all the same: only the opening counts."""
+    a request all the same: only the opening counts. Or `sound_alike`: it opens with what may be a grammar word
+    misheard as two ("and pause" for "unpause": the language's `sound_alike`), which the grammar refuses too, since
+    reading it as the command after the skip word acts on the opposite of what was said."""
     tokens = normalize(utterance).split()
     if (kind := language.no_command_kind(tokens)) is not None:
         return kind
+    if misheard_word_start(tokens, language) is not None:
+        return "sound_alike"
     if any(token in OTHER_THINGS for token in tokens) and not any(token in OWN_THINGS for token in tokens):
         return "something_else"
     return None
