@@ -310,17 +310,7 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
     edges; then, if different, the whole utterance; then, if different from both, the first without any filler;
     last, when what is left is one phrase said over and over, that phrase once."""
-    low, high = 0, len(tokens)
-    edge_words = language.skip_words + language.fillers
-    trimmed = True
-    while trimmed:
-        trimmed = False
-        for phrase in edge_words:
-            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase \
-                    and not _may_be_a_word_start(tokens, low, phrase, language):
-                low, trimmed = low + len(phrase), True
-            if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
-                high, trimmed = high - len(phrase), True
+    low, high = _within_edge_words(tokens, language)
     first = list(range(low, high))
     yield first
     if (low, high) != (0, len(tokens)):
@@ -333,21 +323,32 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
         yield once
 
 
+def _within_edge_words(tokens: list[str], language: LanguageGrammar) -> tuple[int, int]:
+    """Where the utterance starts and ends without the skip words (or fillers) at its edges: [low, high). A skip
+    word that may be a misheard start of the next word stays (`_may_be_a_word_start`)."""
+    low, high = 0, len(tokens)
+    edge_words = language.skip_words + language.fillers
+    trimmed = True
+    while trimmed:
+        trimmed = False
+        for phrase in edge_words:
+            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase \
+                    and not _may_be_a_word_start(tokens, low, phrase, language):
+                low, trimmed = low + len(phrase), True
+            if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
+                high, trimmed = high - len(phrase), True
+    return low, high
+
+
 def misheard_word_start(tokens: list[str], language: LanguageGrammar) -> str | None:
     """The grammar word an utterance may open with, heard as a skip word and the rest of the word: "unpause" for
-    "and pause (the music)", else None. Skip words before it are passed over as matching passes over them. Matching
-    refuses such an utterance (see `_may_be_a_word_start`); anything else that reads commands (the server's
-    classifier) must refuse it too, or it acts on the opposite of what was said."""
-    position, advanced = 0, True
-    while advanced:
-        advanced = False
-        for phrase in language.skip_words + language.fillers:
-            if tuple(tokens[position : position + len(phrase)]) != phrase:
-                continue
-            if _may_be_a_word_start(tokens, position, phrase, language):
-                return language.sound_alike[phrase] + tokens[position + len(phrase)]
-            position, advanced = position + len(phrase), True
-            break
+    "and pause (the music)", else None. Skip words before it are passed over as matching passes over them (the same
+    edge trimming). Matching refuses such an utterance (see `_may_be_a_word_start`); anything else that reads
+    commands (the server's classifier) must refuse it too, or it acts on the opposite of what was said."""
+    low, _ = _within_edge_words(tokens, language)
+    for phrase, start in language.sound_alike.items():
+        if tuple(tokens[low : low + len(phrase)]) == phrase and _may_be_a_word_start(tokens, low, phrase, language):
+            return start + tokens[low + len(phrase)]
     return None
 
 

@@ -171,8 +171,8 @@ def _build_silero_vad(manifest: Manifest, spec: ModelSpec, out: Path, log: Log) 
     from voxline.convert import silero_vad  # conversion-only dependency (onnx)
 
     (source,) = spec.model_inputs()
-    (published,) = paths.model_dir(source).glob("*.onnx")
-    silero_vad.build(published, out, log=log)
+    (published,) = manifest.model(source).artifacts
+    silero_vad.build(paths.model_dir(source) / published, out, log=log)
 
 
 SENTENCE_ENCODER_FILES = ("model.safetensors", "tokenizer.json")
