@@ -186,8 +186,15 @@ def test_widget_embedded_cross_origin_hears_a_command_and_answers_a_question(bro
 
         # Offline and error, from the events that cause them (stopping the shared server would end other tests),
         # once the fresh instance's link is open: its `voxline:link` open would clear an offline state set before.
-        page.wait_for_function("window.__vx.filter(e => e.name === 'link' && e.state === 'open').length >= 3",
-                               timeout=60_000)
+        # Read from that instance, not as a count of opens: the instance stopped by Space may be disposed before
+        # its own link opened (on a loaded machine), and then sends no open at all.
+        try:
+            page.wait_for_function("""(() => {
+                const voxline = document.querySelector('voxline-assistant').voxline;
+                return window.__vx.filter(e => e.name === 'ready').length >= 3 && voxline?.link?.connected === true;
+            })()""", timeout=60_000)
+        except Exception as error:
+            raise AssertionError(("the fresh instance's link did not open", events(), console)) from error
         page.evaluate("""document.querySelector('voxline-assistant').dispatchEvent(new CustomEvent('voxline:error',
             {detail: {code: 'backend_unreachable', message: 'The Voxline server is unreachable.'}}))""")
         wait_state(page, "offline", 5)
