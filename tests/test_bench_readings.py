@@ -52,9 +52,11 @@ def test_scoring_counts_right_wrong_and_out_of_domain_answers():
     assert [e["text"] for e in report["errors"]] == ["volume to forty percent", "what is a timer"]
 
 
-def _features(spelled=0.5, margin=0.0, free_confidence=0.5, reading_words=2, free_words=2, agreement=1.0):
+def _features(spelled=0.5, margin=0.0, free_confidence=0.5, reading_words=2, free_words=2, agreement=1.0,
+              support=None):
+    support = {} if support is None else {"support": support}
     return {"features": {"spelled": spelled, "margin": margin, "freeConfidence": free_confidence,
-                         "readingWords": reading_words, "freeWords": free_words, "agreement": agreement}}
+                         "readingWords": reading_words, "freeWords": free_words, "agreement": agreement} | support}
 
 
 def test_the_fit_recovers_a_model_that_separates_readings():
@@ -70,7 +72,8 @@ def test_features_are_those_whisper_js_feeds_its_model():
     """The Python features and the page's `commandConfidence` agree: the fit's coefficients mean the same there."""
     node = shutil.which("node")
     assert node
-    reading = _features(spelled=0.3, margin=-1.5, free_confidence=0.6, reading_words=1, free_words=4, agreement=0.4)
+    reading = _features(spelled=0.3, margin=-1.5, free_confidence=0.6, reading_words=1, free_words=4, agreement=0.4,
+                        support=-4.0)
     whisper = (Path(__file__).resolve().parents[1] / "web" / "voxline" / "whisper.js").as_uri()
     script = (f"import {{ commandConfidence, COMMAND_CONFIDENCE_MODEL }} from {json.dumps(whisper)};"
               f"console.log(JSON.stringify([commandConfidence({json.dumps(reading['features'])}),"
@@ -81,9 +84,11 @@ def test_features_are_those_whisper_js_feeds_its_model():
     ours = readings.predict(weights, np.array([readings.features(reading)]))[0]
     assert abs(page - ours) < 1e-9
     # fewer words than were heard: the reading covers part of a sentence, and counts for less
-    assert page < readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 4, 4, 0.4))]))[0]
+    assert page < readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 4, 4, 0.4, -4.0))]))[0]
     # a reading the free transcript does not bear out counts for less
-    assert page > readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 1, 4, 0.0))]))[0]
+    assert page > readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 1, 4, 0.0, -4.0))]))[0]
+    # and one the unprompted decoder finds less likely
+    assert page > readings.predict(weights, np.array([readings.features(_features(0.3, -1.5, 0.6, 1, 4, 0.4, -8.0))]))[0]
 
 
 def test_a_labelled_set_is_scored_by_its_labels(tmp_path):

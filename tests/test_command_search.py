@@ -68,3 +68,37 @@ def test_an_utterance_that_opens_as_no_command_gets_no_reading(tmp_path):
     assert opened >= 2, [row["text"] for row in now]
     readings = [old["command"]["text"] for old in before if old["command"]]
     assert any(recognize(normalize(reading), without, "en") for reading in readings), readings
+
+
+def test_a_prompted_reading_s_support_is_what_the_audio_alone_gives_it(tmp_path):
+    """`support` (whisper.js `#support`), the feature that weighs a prompted decode's reading by what the unprompted
+    decoder makes of it: its log-likelihood, then end of text, below the free transcript's. Recomputed here by
+    teacher forcing on the same model with onnxruntime in Python, from nothing whisper.js kept."""
+    from voxline import paths
+    from voxline.convert.whisper_onnx import OnnxWhisper
+
+    grammar = builtin_grammar()
+    said = [("mute", "espeak-gb"), ("pause", "hibari"), ("next", "espeak-us-f3"), ("softer", "espeak-us-f3"),
+            ("halt", "hibari")]
+    clips = []
+    for i, (text, voice) in enumerate(said):
+        clips.append(tmp_path / f"{i}.f32")
+        _clip(text, voice, seed=i).astype(np.float32).tofile(clips[-1])
+    rows = decode(clips, {"measured": {"measureSupport": True}}, grammar)["measured"]
+    model = OnnxWhisper(paths.model_dir("whisper-tiny-en-onnx"), threads=1)
+    checked = 0
+    for path, row in zip(clips, rows):
+        reading = row["command"]
+        if not reading or row["guard"]:  # a free decode cut by a guard has no end of text to weigh
+            continue
+        support = reading["features"]["support"]
+        if not row["prompted"]:
+            assert support == reading["margin"], row  # a reading of the free decode: scored unprompted already
+            continue
+        cross = model.encode(np.fromfile(path, dtype=np.float32), window_s=row["windowSecs"])
+        expected = model.score(*cross, reading["ids"]) - model.score(*cross, row["ids"])
+        # wasm and native int8 kernels round differently (seen: 3-5 % of the value); a step fed the wrong token or
+        # an end of text left out is off by nats
+        assert abs(support - expected) < 0.1 + 0.05 * abs(expected), (row["text"], reading["text"], support, expected)
+        checked += 1
+    assert checked >= 2, [(r["text"], r["command"] and r["command"]["text"], r["prompted"]) for r in rows]

@@ -30,6 +30,13 @@ test('command confidence: a probability that rises with the evidence for the rea
   const older = { bias: 1, spelled: 0.5, margin: 0.5, freeConfidence: 0.5, wordRatio: 2 };
   assert.equal(commandConfidence({ ...base, agreement: 0 }, older), commandConfidence(base, older),
     'a model fitted before the agreement existed gives it no weight');
+  assert.ok(commandConfidence({ ...base, support: -6 }) < commandConfidence({ ...base, support: -1 }),
+    'a reading the unprompted decoder finds less likely');
+  assert.equal(commandConfidence({ ...base, support: -1 }), p, 'without a forced decode, support is the margin');
+  assert.equal(commandConfidence({ ...base, support: 3 }), commandConfidence({ ...base, support: 0 }),
+    'a reading likelier than the greedy transcript gains nothing more');
+  assert.equal(commandConfidence({ ...base, support: -9 }, older), commandConfidence(base, older),
+    'a model fitted before support existed gives it no weight');
 });
 
 test('agreement: letters and digits alike, case, spaces and punctuation aside', () => {

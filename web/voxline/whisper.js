@@ -18,7 +18,7 @@
 // short utterance heard unsurely is decoded once more with a prompt of the grammar's short commands, and its
 // reading kept when it is more confident.
 // Command confidence: the probability that the reading is what was said, from a logistic model
-// (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over five
+// (`COMMAND_CONFIDENCE_MODEL`, fitted by `voxline bench readings --fit` on the tuning set, clean and noisy) over six
 // things the decode knows: how well the reading's words are spelled (the geometric mean, over its word tokens, of
 // the probability of every token spelling the same word: " Stop", "stop", " STOP" count together; over free text,
 // a song name, plain token probabilities), its margin (log-likelihood below the decode it came from), the free
@@ -26,8 +26,10 @@
 // that stops after "Stop." on "stop signs are red" reads a command into part of a sentence; a loop the repeat guard
 // cut counts once), and how alike the reading and the free transcript are, letter for letter (`agreement`): a
 // prompted decode of audio it cannot make out tends to copy a sentence of its prompt ("What time is it?" for "back
-// one song" heard as "One song"), which the free transcript does not bear out. Off (`calibratedCommandConfidence`):
-// the design before, spelled × exp(½ · margin). Partials (while the user speaks) get a reading only where the free
+// one song" heard as "One song"), which the free transcript does not bear out; and how likely the unprompted decoder
+// finds the reading beside the free transcript (`support`, in nats: for a prompted decode's reading a forced decode
+// of its tokens, a few decoder steps; for a reading of the free decode its margin). Off
+// (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials (while the user speaks) get a reading only where the free
 // transcript is one: no search, no second decode. A free transcript that opens as no command does (the lexicon's
 // `no_command_openings`: "don't ...", "who ...") gets none at all.
 import { foldToken } from './grammar-decode.js';
@@ -44,11 +46,12 @@ const WORD_BREAK = /[^\p{L}\p{N}%']+/u;
  * Coefficients of the command confidence (logistic: bias + Σ coefficient × feature), fitted by
  * `voxline bench readings --noise-snr-db 10 --fit` (the tuning set, 5 voices, each clean and with pink noise; its
  * sweep and reliability curve are cross-validated by sentence). Features: log spelled, min(0, margin), log free
- * word confidence, log((reading words + 1) / (free words + 1)), agreement (see `agreement`). A model without an
- * `agreement` coefficient (fitted before it existed) gives it none.
+ * word confidence, log((reading words + 1) / (free words + 1)), agreement (see `agreement`), min(0, support) (see
+ * `#support`). A model without an `agreement` or `support` coefficient (fitted before it existed) gives it none, and
+ * without `support` the forced decode it needs is not run.
  */
 export const COMMAND_CONFIDENCE_MODEL = Object.freeze({
-  bias: 2.72, spelled: 0.75, margin: 0.65, freeConfidence: 0.06, wordRatio: 2.42, agreement: 1.14,
+  bias: 3.34, spelled: 0.61, margin: 0.36, freeConfidence: 0.18, wordRatio: 2.31, agreement: 0.56, support: 0.23,
 });
 
 /**
@@ -85,7 +88,8 @@ export function commandConfidence(f, model = COMMAND_CONFIDENCE_MODEL) {
   const z = model.bias + model.spelled * log(f.spelled) + model.margin * Math.min(0, f.margin)
     + model.freeConfidence * log(f.freeConfidence)
     + model.wordRatio * Math.log((f.readingWords + 1) / (f.freeWords + 1))
-    + (model.agreement ?? 0) * f.agreement;
+    + (model.agreement ?? 0) * f.agreement
+    + (model.support ?? 0) * Math.min(0, f.support ?? f.margin);
   return 1 / (1 + Math.exp(-z));
 }
 
@@ -281,6 +285,11 @@ export class Whisper {
       && free.confidence < settings.commandPromptBelowConfidence) {
       const prompted = await this.#read(commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
+      if (prompted.command && this.#weighsSupport(settings)) {
+        const support = await this.#support(prompted.command.ids, free, cross_k, cross_v, cancelled);
+        if (support === null) return { cancelled: true };
+        prompted.command.support = support;
+      }
       this.#confide(prompted.command, free, settings);
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
         return { ...free, command: prompted.command, prompted: true, ...timing() };
@@ -300,7 +309,10 @@ export class Whisper {
       search(decoded.text));
     if (command?.cancelled) return command;
     if (command) command.ms = performance.now() - since;
-    return { ...free, command };
+    const result = { ...free, command };
+    // Kept out of sight (not posted with the result): what `#support` reuses of this decode.
+    Object.defineProperty(result, 'trace', { value: { states, logprobs, eotLogprob }, enumerable: false });
+    return result;
   }
 
   async #step(input, pastK, pastV, crossK, crossV) {
@@ -446,6 +458,52 @@ export class Whisper {
     return { best, runs };
   }
 
+  /** Whether the confidence model names `support` (the forced decode it needs costs a few decoder steps). */
+  #weighsSupport(settings) {
+    return settings.calibratedCommandConfidence && 'support' in (settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL);
+  }
+
+  /**
+   * How much less likely the unprompted decoder finds the token sequence `ids` (then end of text) than the free
+   * transcript `free`, in nats (≤ 0 unless greedy decoding missed a likelier sequence): the evidence the audio
+   * alone gives a reading that a prompted decode found. The steps it shares with the free transcript are reused.
+   * @returns {Promise<number|null>} null when cancelled
+   */
+  async #support(ids, free, crossK, crossV, cancelled) {
+    const { states, logprobs, eotLogprob } = free.trace;
+    const freeTotal = logprobs.reduce((a, b) => a + b, 0) + (eotLogprob ?? 0);
+    let shared = 0;
+    while (shared < ids.length && shared < free.ids.length && ids[shared] === free.ids[shared]) shared++;
+    if (shared === ids.length && shared === free.ids.length) return 0;
+    let total = logprobs.slice(0, shared).reduce((a, b) => a + b, 0);
+    // Run again the step that predicted token `shared` (its logits were not kept), then feed the rest of `ids`.
+    const { layers, heads, head_dim: headDim } = this.dims;
+    const empty = () => new this.ort.Tensor('float32', new Float32Array(0), [layers, 1, heads, 0, headDim]);
+    let input = shared === 0 ? this.table.prompt : [free.ids[shared - 1]];
+    let pastK = shared === 0 ? empty() : states[shared - 1].pastK;
+    let pastV = shared === 0 ? empty() : states[shared - 1].pastV;
+    for (let k = shared; k <= ids.length; k++) {
+      if (cancelled()) return null;
+      const out = await this.#step(input, pastK, pastV, crossK, crossV);
+      total += this.#logprob(out.logits.data, k < ids.length ? ids[k] : this.tokenizer.eot, k === 0);
+      pastK = out.new_k;
+      pastV = out.new_v;
+      input = [ids[k]];
+    }
+    return total - freeTotal;
+  }
+
+  /** The log-probability of token `id` at a step with these logits, after the same suppression as `#pick`. */
+  #logprob(logits, id, first) {
+    for (const s of this.suppress) logits[s] = -Infinity;
+    if (first) for (const s of this.suppressBegin) logits[s] = -Infinity;
+    let max = -Infinity;
+    for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
+    let sum = 0;
+    for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+    return logits[id] - max - Math.log(sum);
+  }
+
   /**
    * Set `reading.confidence` (null reading: nothing to do): the calibrated command confidence against the free
    * transcript `free` (the unprompted decode), or the design before when `calibratedCommandConfidence` is off.
@@ -454,7 +512,9 @@ export class Whisper {
     if (!reading) return;
     reading.features = { spelled: reading.spelled, margin: reading.margin, freeConfidence: free.confidence,
       readingWords: wordCount(reading.text), freeWords: wordCount(free.text, free.guard === 'repeat'),
-      agreement: agreement(reading.text, free.text) };
+      agreement: agreement(reading.text, free.text),
+      // A reading of the free decode is scored without a prompt already: its support is its margin.
+      support: reading.support ?? reading.margin };
     reading.confidence = settings.calibratedCommandConfidence
       ? commandConfidence(reading.features, settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL)
       : reading.spelled * Math.exp(0.5 * Math.min(0, reading.margin));
@@ -480,8 +540,8 @@ export class Whisper {
     const free = this.graph.usesFreeText(state);
     const spelled = Math.exp((free ? plain : grouped) / words);
     // confidence: set by #confide, which knows the free transcript it is weighed against
-    return { text: this.tokenizer.decode(ids), confidence: 0, spelled, margin, constrained, freeText: free,
-      steps: extraSteps };
+    return { text: this.tokenizer.decode(ids), ids: ids.slice(), confidence: 0, spelled, margin, constrained,
+      freeText: free, steps: extraSteps };
   }
 
   /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */

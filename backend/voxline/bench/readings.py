@@ -8,7 +8,8 @@ defaults: command readings from the grammar's word graph, a prompted second deco
 (``grammarDecode`` off: the free transcript and its word confidence alone), `graph-prompt` (the short utterances'
 prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off), `confidence-dev-fit` (the command
 confidence refitted on 160 lines of the development set, ``commandConfidenceModel``: measured, not adopted; see the
-README), `confidence-before` (the command confidence as fitted before its `agreement` feature existed). For each, the
+README), `confidence-before` (the command confidence as fitted before its `agreement` feature existed),
+`confidence-before-support` (as fitted before its `support` feature existed: no forced decode). For each, the
 device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
 the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
 the server (no answer here).
@@ -57,12 +58,17 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "confidence-dev-fit": {"commandConfidenceModel": {
                "bias": 3.7, "spelled": 0.56, "margin": 0.48, "freeConfidence": 0.88, "wordRatio": 1.74}},
            "confidence-before": {"commandMinConfidence": 0.85, "commandConfidenceModel": {
-               "bias": 3.85, "spelled": 0.32, "margin": 0.44, "freeConfidence": 0.53, "wordRatio": 2.99}}}
+               "bias": 3.85, "spelled": 0.32, "margin": 0.44, "freeConfidence": 0.53, "wordRatio": 2.99}},
+           "confidence-before-support": {"commandConfidenceModel": {
+               "bias": 2.72, "spelled": 0.75, "margin": 0.65, "freeConfidence": 0.06, "wordRatio": 2.42,
+               "agreement": 1.14}}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.75
 LOCAL_INTENT_MIN_CONFIDENCE = 0.5
 FIT_FOLDS = 5
+# Features whose worth `--fit` reports: the cross-validated sweep once more with the feature left out.
+FIT_ABLATIONS = ("agreement", "support")
 FIT_L2 = 1.0
 SWEEP_GATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
 RELIABILITY_BINS = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 1.0)
@@ -144,10 +150,11 @@ def features(reading: dict) -> list[float]:
     """The confidence model's inputs, as whisper.js `commandConfidence` computes them from `reading.features`."""
     f = reading["features"]
     return [math.log(max(f["spelled"], 1e-4)), min(0.0, f["margin"]), math.log(max(f["freeConfidence"], 1e-4)),
-            math.log((f["readingWords"] + 1) / (f["freeWords"] + 1)), f["agreement"]]
+            math.log((f["readingWords"] + 1) / (f["freeWords"] + 1)), f["agreement"],
+            min(0.0, f.get("support", f["margin"]))]
 
 
-FEATURE_NAMES = ("spelled", "margin", "freeConfidence", "wordRatio", "agreement")
+FEATURE_NAMES = ("spelled", "margin", "freeConfidence", "wordRatio", "agreement", "support")
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = FIT_L2) -> np.ndarray:
@@ -177,12 +184,23 @@ def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
     sentences = sorted({items[i]["text"] for i in with_reading})
     fold = {text: k % FIT_FOLDS for k, text in enumerate(sentences)}
     folds = np.array([fold[items[i]["text"]] for i in with_reading])
-    held = np.zeros(len(with_reading))
-    for k in set(folds.tolist()):
-        held[folds == k] = predict(fit_logistic(x[folds != k], y[folds != k]), x[folds == k])
+
+    def held_out(columns: np.ndarray) -> np.ndarray:
+        held = np.zeros(len(with_reading))
+        for k in set(folds.tolist()):
+            held[folds == k] = predict(fit_logistic(columns[folds != k], y[folds != k]), columns[folds == k])
+        return held
+
+    def sweep_of(held: np.ndarray) -> list[dict]:
+        cross_validated = _rescored(rows, dict(zip(with_reading, held)).__getitem__)
+        return [{"gate": gate} | _fit_figures(score(items, cross_validated, grammar, gate)) for gate in SWEEP_GATES]
+
+    held = held_out(x)
     w = fit_logistic(x, y)
-    cross_validated = _rescored(rows, dict(zip(with_reading, held)).__getitem__)
-    sweep = [{"gate": gate} | _fit_figures(score(items, cross_validated, grammar, gate)) for gate in SWEEP_GATES]
+    sweep = sweep_of(held)
+    # The same fit without each feature in turn: what that feature adds, on the same readings.
+    ablations = {name: sweep_of(held_out(np.delete(x, k, axis=1)))
+                 for k, name in enumerate(FEATURE_NAMES) if name in FIT_ABLATIONS}
     # The same readings under the confidence before it was calibrated (spelled × exp(½ · margin), gate 0.35). Only
     # the scoring differs: which of a free and a prompted reading was kept was decided by the calibrated one.
     before_gate = CONFIGS["spelled"]["commandMinConfidence"]
@@ -198,6 +216,7 @@ def fit_report(items: list[dict], rows: list[dict], grammar) -> dict:
                 name: round(float(v), 2) for name, v in zip(FEATURE_NAMES, w[:-1])},
             "readings": len(with_reading), "right_readings": int(y.sum()),
             "cross_validated_sweep": sweep, "reliability": reliability,
+            "cross_validated_sweep_without": ablations,
             "before": {"gate": before_gate} | _fit_figures(before)}
 
 
@@ -274,6 +293,8 @@ def run(set_path: Path, voices: list[str], noise_snr_db: float | None = None, fi
                     items.append(_item(text, labelled, grammar) | {"voice": voice + suffix, "path": str(clip_path)})
         names = ["grammar"] if fit else ["grammar", *(n for n in config_names or CONFIGS if n != "grammar")]
         configs = {name: CONFIGS[name] for name in names}
+        if fit:  # every feature measured, whichever the current model weighs
+            configs["grammar"] = configs["grammar"] | {"measureSupport": True}
         results = decode([i["path"] for i in items], configs, grammar)
         if baseline_grammar is not None and not fit:
             results |= decode([i["path"] for i in items], {"baseline-grammar": {}}, baseline_grammar)

@@ -700,6 +700,23 @@ class OnnxWhisper:
             tokens = np.asarray([[best]], dtype=np.int64)
         return ids, logprobs
 
+    def score(self, cross_k: np.ndarray, cross_v: np.ndarray, ids: Sequence[int]) -> float:
+        """Log-probability of the text tokens `ids` and then end of text, fed to the decoder one by one after the
+        usual prompt (teacher forcing), with greedy decoding's suppression."""
+        dims = self.table["dims"]
+        eot = self.table["special"]["eot"]
+        empty = np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
+        past_k, past_v = empty, empty
+        tokens = np.asarray([self.table["prompt"]], dtype=np.int64)
+        total = 0.0
+        for step, target in enumerate([*ids, eot]):
+            logits, past_k, past_v = self.decoder.run(
+                None, {"tokens": tokens, "past_k": past_k, "past_v": past_v, "cross_k": cross_k, "cross_v": cross_v}
+            )
+            total += float(self._log_softmax(logits[0], self._suppress_begin if step == 0 else self._suppress)[target])
+            tokens = np.asarray([[target]], dtype=np.int64)
+        return total
+
     @staticmethod
     def _log_softmax(logits: np.ndarray, suppressed: np.ndarray) -> np.ndarray:
         logits = np.where(suppressed, -np.inf, logits.astype(np.float64))

@@ -1,7 +1,8 @@
 // `voxline bench readings`, the decoding half: the browser's Whisper module (web/voxline/whisper.js) run by node
 // on onnxruntime-web's wasm, over raw 16 kHz float32 clips, once per configuration of the page's settings.
 // Input on stdin: {modelDir, lexicon, clips: [{path}], configs: {name: settingsOverrides}}.
-// Output on stdout: {name: [{text, confidence, guard, command, prompted, encodeMs, decodeMs}, ...]} in clip order.
+// Output on stdout: {name: [{text, ids, confidence, guard, command, prompted, encodeMs, decodeMs, windowSecs}, ...]}
+// in clip order.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,6 +12,16 @@ const ort = await import(path.join(root, 'node_modules/onnxruntime-web/dist/ort.
 const { Whisper } = await import(path.join(root, 'web/voxline/whisper.js'));
 const { CommandGraph } = await import(path.join(root, 'web/voxline/grammar-decode.js'));
 const { resolveSettings } = await import(path.join(root, 'web/voxline/settings.js'));
+const { COMMAND_CONFIDENCE_MODEL } = await import(path.join(root, 'web/voxline/whisper.js'));
+
+/** The page's settings for a configuration; `measureSupport` (the fit's) has `support` computed for every prompted
+ * reading, whatever the model weighs. */
+function settingsOf({ measureSupport, ...overrides }) {
+  const settings = resolveSettings(overrides);
+  if (!measureSupport) return settings;
+  const model = settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL;
+  return { ...settings, commandConfidenceModel: { support: 0, ...model } };
+}
 
 const input = JSON.parse(fs.readFileSync(0, 'utf8'));
 ort.env.wasm.numThreads = 1;
@@ -26,9 +37,9 @@ for (const clip of input.clips) {
   const bytes = fs.readFileSync(clip.path);
   const audio = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
   for (const [name, overrides] of Object.entries(input.configs)) { // alternating, clip by clip
-    const r = await whisper.transcribe(audio, resolveSettings(overrides));
-    out[name].push({ text: r.text, confidence: r.confidence, guard: r.guard, command: r.command,
-      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs });
+    const r = await whisper.transcribe(audio, settingsOf(overrides));
+    out[name].push({ text: r.text, ids: r.ids, confidence: r.confidence, guard: r.guard, command: r.command,
+      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs });
   }
 }
 process.stdout.write(JSON.stringify(out));
