@@ -322,11 +322,15 @@ export class Whisper {
     });
   }
 
-  async #decode(crossK, crossV, prompt, budget, cancelled) {
+  /** A self-attention cache of length 0: the first step's past. */
+  #emptyCache() {
     const { layers, heads, head_dim: headDim } = this.dims;
-    const emptyCache = () => new this.ort.Tensor('float32', new Float32Array(0), [layers, 1, heads, 0, headDim]);
-    let pastK = emptyCache();
-    let pastV = emptyCache();
+    return new this.ort.Tensor('float32', new Float32Array(0), [layers, 1, heads, 0, headDim]);
+  }
+
+  async #decode(crossK, crossV, prompt, budget, cancelled) {
+    let pastK = this.#emptyCache();
+    let pastV = this.#emptyCache();
     let input = prompt;
     const ids = [];
     const logprobs = [];
@@ -477,11 +481,9 @@ export class Whisper {
     if (shared === ids.length && shared === free.ids.length) return 0;
     let total = logprobs.slice(0, shared).reduce((a, b) => a + b, 0);
     // Run again the step that predicted token `shared` (its logits were not kept), then feed the rest of `ids`.
-    const { layers, heads, head_dim: headDim } = this.dims;
-    const empty = () => new this.ort.Tensor('float32', new Float32Array(0), [layers, 1, heads, 0, headDim]);
     let input = shared === 0 ? this.table.prompt : [free.ids[shared - 1]];
-    let pastK = shared === 0 ? empty() : states[shared - 1].pastK;
-    let pastV = shared === 0 ? empty() : states[shared - 1].pastV;
+    let pastK = shared === 0 ? this.#emptyCache() : states[shared - 1].pastK;
+    let pastV = shared === 0 ? this.#emptyCache() : states[shared - 1].pastV;
     for (let k = shared; k <= ids.length; k++) {
       if (cancelled()) return null;
       const out = await this.#step(input, pastK, pastV, crossK, crossV);
