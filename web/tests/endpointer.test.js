@@ -197,6 +197,36 @@ test('each kind of command is told once, when the silence is long enough for it'
   assert.equal(events.at(-1).type, 'speech-end');
 });
 
+test('prefixOnTurnComplete: a confident smart-turn gives the marks not given yet at once, a less sure one does not', () => {
+  const settings = { ...DEFAULTS, prefixOnTurnComplete: true };
+  assert.ok(DEFAULTS.turnCheckSecs < DEFAULTS.prefixCommandSilenceSecs);
+  const sure = run([...speech(1.0), ...silence(1.0)], settings, () => DEFAULTS.prefixTurnCompleteProb);
+  const check = sure.events.find((e) => e.type === 'turn-check');
+  const marks = sure.events.filter((e) => e.type === 'command-silence');
+  assert.deepEqual(marks.map((m) => [m.kind, m.by]), [['complete', undefined], ['prefix', 'smart-turn']],
+    'each kind once: the complete mark on its silence, the prefix mark on smart-turn\'s word');
+  assert.equal(marks[1].frame, check.frame, 'at the answer, not after prefixCommandSilenceSecs');
+  assert.ok(marks[1].silence_s < DEFAULTS.prefixCommandSilenceSecs);
+  assert.equal(sure.events.at(-1).reason, 'smart-turn', 'the turn still ends after turnCompleteMinSilenceSecs');
+  // complete for the turn, not sure enough for a command that could go on: that waits for its silence
+  const unsure = run([...speech(1.0), ...silence(1.0)], settings, () => (DEFAULTS.turnCompleteProb + DEFAULTS.prefixTurnCompleteProb) / 2);
+  const prefix = unsure.events.find((e) => e.kind === 'prefix');
+  assert.equal(prefix.by, undefined);
+  assert.ok(prefix.silence_s >= DEFAULTS.prefixCommandSilenceSecs);
+  // off (the default until measured): smart-turn's word gives no mark
+  const off = run([...speech(1.0), ...silence(1.0)], DEFAULTS, () => 0.99);
+  assert.ok(off.events.filter((e) => e.type === 'command-silence').every((m) => m.by === undefined));
+});
+
+test('prefixOnTurnComplete: no mark from smart-turn while voice is heard again', () => {
+  const ep = new Endpointer({ ...DEFAULTS, prefixOnTurnComplete: true });
+  const probs = [...speech(1.0), ...silence(0.25), 0.9];
+  let answered = null;
+  probs.forEach((p, i) => ep.push(p, (i + 1) * FRAME, FRAME));
+  answered = ep.turnResult(ep.pauseId, 0.99); // the answer lands on a voiced blip: the speaker may be going on
+  assert.deepEqual(answered, []);
+});
+
 test('a pause between words is too short for any command to act', () => {
   // 0.1 s: the gaps inside fluent speech; a complete command acts after `commandSilenceSecs` (0.15 s), one that
   // more words could change after `prefixCommandSilenceSecs`

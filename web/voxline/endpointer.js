@@ -6,7 +6,9 @@
 //                                          │                   │  │ complete command, then one that could go on, acts)
 //                                          └──voiced ≥ resume──┘  └─silence ≥ turnCheckSecs: ask smart-turn once;
 //                                                                    P(complete) ≥ turnCompleteProb ends the turn
-//                                                                    once silence ≥ turnCompleteMinSilenceSecs
+//                                                                    once silence ≥ turnCompleteMinSilenceSecs (and,
+//                                                                    with prefixOnTurnComplete, gives the command
+//                                                                    marks not given yet at once)
 //
 // A click or a cough is shorter than minSpeechSecs, so it cannot start a turn; ending needs silence, so it cannot
 // end one either. The voiced audio that starts a turn is counted over an onset whose gaps are at most
@@ -31,7 +33,7 @@ export const RESUME_SECS = 0.096;
  *   | {type: 'pause', start: number, end: number, pauseId: number}
  *   | {type: 'resume', pauseId: number, start: number, voicedAt: number}
  *   | {type: 'turn-check', start: number, end: number, pauseId: number}
- *   | {type: 'command-silence', kind: 'complete'|'prefix', pauseId: number, silence_s: number}
+ *   | {type: 'command-silence', kind: 'complete'|'prefix', pauseId: number, silence_s: number, by?: 'smart-turn'}
  *   | {type: 'speech-end', start: number, end: number, silence_s: number,
  *      reason: 'smart-turn'|'hangover'|'max-length'}} EndpointEvent
  */
@@ -109,9 +111,26 @@ export class Endpointer {
     if (this.state !== State.PAUSE || pauseId !== this.pauseId || probComplete < this.s.turnCompleteProb) return [];
     if (this.voiced || this.lastSeen - this.lastVoicedEnd < this.s.turnCompleteMinSilenceSecs * this.rate) {
       this.completeAt = pauseId;
-      return [];
+      return this.#commandMarksNow(probComplete);
     }
     return this.#endTurn('smart-turn', this.lastSeen);
+  }
+
+  /**
+   * smart-turn calls the pause complete before the silence a command that could go on waits for
+   * (`prefixCommandSilenceSecs`): with `prefixOnTurnComplete`, at `prefixTurnCompleteProb` or more, every command
+   * mark not given yet is given now (once each, in order), so such a command acts on smart-turn's word. Not while
+   * voice is heard again: the speaker may be going on.
+   */
+  #commandMarksNow(probComplete) {
+    if (!this.s.prefixOnTurnComplete || this.voiced || probComplete < this.s.prefixTurnCompleteProb) return [];
+    const silence_s = (this.lastSeen - this.lastVoicedEnd) / this.rate;
+    const events = [];
+    for (; this.silenceMarks < this.commandMarks.length; this.silenceMarks++) {
+      events.push({ type: 'command-silence', kind: this.commandMarks[this.silenceMarks][0], pauseId: this.pauseId,
+        silence_s, by: 'smart-turn' });
+    }
+    return events;
   }
 
   /** In silence: counts the frame [start, end) into the onset; whether the onset now has enough voice. */

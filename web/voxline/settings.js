@@ -64,6 +64,13 @@ export const DEFAULTS = Object.freeze({
    * "the timer") acts without waiting for the hangover: longer than the pauses people make inside a sentence
    * (150-500 ms), since what would change the command is exactly what follows such a pause. */
   prefixCommandSilenceSecs: 0.55,
+  /** A command that could go on acts as soon as smart-turn calls the pause complete at `prefixTurnCompleteProb` or
+   * more, without waiting for `prefixCommandSilenceSecs` (what the speaker adds after it still amends it: voxline.js
+   * `#goneOn`). Off (measured, not adopted: README, "When a command acts"): it waits for that silence whatever
+   * smart-turn says. */
+  prefixOnTurnComplete: false,
+  /** smart-turn's P(complete) from which a command that could go on acts on its word (`prefixOnTurnComplete`). */
+  prefixTurnCompleteProb: 0.9,
   /** Silence that ends a turn whatever smart-turn says (pipecat's default stop_secs is 0.8). */
   hangoverSecs: 0.7,
   /** A turn never runs longer than this; the ASR window is 30 s. */

@@ -186,6 +186,8 @@ export interface VoxlineSettings {
   completeByMeaning: boolean;
   latePauseDecodes: boolean;
   prefixCommandSilenceSecs: number;
+  prefixOnTurnComplete: boolean;
+  prefixTurnCompleteProb: number;
   hangoverSecs: number;
   maxTurnSecs: number;
   asrThreads: number;
