@@ -78,15 +78,17 @@ def test_a_prompted_reading_s_support_is_what_the_audio_alone_gives_it(tmp_path)
     from voxline.convert.whisper_onnx import OnnxWhisper
 
     grammar = builtin_grammar()
+    # prompted readings that part from the free transcript at its first token, and two ("lights on" heard as "Light
+    # song", read "Light on."; "hush now" as "HUH!", read "Hush now.") that share its first token with it
     said = [("mute", "espeak-gb"), ("pause", "hibari"), ("next", "espeak-us-f3"), ("softer", "espeak-us-f3"),
-            ("halt", "hibari")]
+            ("halt", "hibari"), ("lights on", "espeak-gb"), ("hush now", "espeak-gb")]
     clips = []
     for i, (text, voice) in enumerate(said):
         clips.append(tmp_path / f"{i}.f32")
         _clip(text, voice, seed=i).astype(np.float32).tofile(clips[-1])
     rows = decode(clips, {"measured": {"measureSupport": True}}, grammar)["measured"]
     model = OnnxWhisper(paths.model_dir("whisper-tiny-en-onnx"), threads=1)
-    checked = 0
+    checked = shared_checked = 0
     for path, row in zip(clips, rows):
         reading = row["command"]
         if not reading or row["guard"]:  # a free decode cut by a guard has no end of text to weigh
@@ -101,4 +103,6 @@ def test_a_prompted_reading_s_support_is_what_the_audio_alone_gives_it(tmp_path)
         # an end of text left out is off by nats
         assert abs(support - expected) < 0.1 + 0.05 * abs(expected), (row["text"], reading["text"], support, expected)
         checked += 1
-    assert checked >= 2, [(r["text"], r["command"] and r["command"]["text"], r["prompted"]) for r in rows]
+        shared_checked += reading["ids"][:1] == row["ids"][:1]  # the steps reused from the free decode
+    heard = [(r["text"], r["command"] and r["command"]["text"], r["prompted"]) for r in rows]
+    assert checked >= 3 and shared_checked >= 1, heard

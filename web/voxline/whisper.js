@@ -29,9 +29,9 @@
 // one song" heard as "One song"), which the free transcript does not bear out; and how likely the unprompted decoder
 // finds the reading beside the free transcript (`support`, in nats: for a prompted decode's reading a forced decode
 // of its tokens, a few decoder steps; for a reading of the free decode its margin). Off
-// (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials (while the user speaks) get a reading only where the free
-// transcript is one: no search, no second decode. A free transcript that opens as no command does (the lexicon's
-// `no_command_openings`: "don't ...", "who ...") gets none at all.
+// (`calibratedCommandConfidence`): the design before, spelled × exp(½ · margin). Partials (while the user speaks)
+// get a reading only where the free transcript is one: no search, no second decode. A free transcript that opens as
+// no command does (the lexicon's `no_command_openings`: "don't ...", "who ...") gets none at all.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
@@ -464,13 +464,15 @@ export class Whisper {
 
   /** Whether the confidence model names `support` (the forced decode it needs costs a few decoder steps). */
   #weighsSupport(settings) {
-    return settings.calibratedCommandConfidence && 'support' in (settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL);
+    const model = settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL;
+    return settings.calibratedCommandConfidence && 'support' in model;
   }
 
   /**
    * How much less likely the unprompted decoder finds the token sequence `ids` (then end of text) than the free
    * transcript `free`, in nats (≤ 0 unless greedy decoding missed a likelier sequence): the evidence the audio
    * alone gives a reading that a prompted decode found. The steps it shares with the free transcript are reused.
+   * A free decode a guard stopped has no end of text to weigh, as for the margin (`#commandReading`).
    * @returns {Promise<number|null>} null when cancelled
    */
   async #support(ids, free, crossK, crossV, cancelled) {
@@ -488,6 +490,7 @@ export class Whisper {
       if (cancelled()) return null;
       const out = await this.#step(input, pastK, pastV, crossK, crossV);
       total += this.#logprob(out.logits.data, k < ids.length ? ids[k] : this.tokenizer.eot, k === 0);
+      if (k === ids.length) break;
       pastK = out.new_k;
       pastV = out.new_v;
       input = [ids[k]];
