@@ -126,11 +126,14 @@ export class Endpointer {
     if (!this.s.prefixOnTurnComplete || this.voiced || probComplete < this.s.prefixTurnCompleteProb) return [];
     const silence_s = (this.lastSeen - this.lastVoicedEnd) / this.rate;
     const events = [];
-    for (; this.silenceMarks < this.commandMarks.length; this.silenceMarks++) {
-      events.push({ type: 'command-silence', kind: this.commandMarks[this.silenceMarks][0], pauseId: this.pauseId,
-        silence_s, by: 'smart-turn' });
-    }
+    while (this.silenceMarks < this.commandMarks.length) events.push(this.#nextMark(silence_s, { by: 'smart-turn' }));
     return events;
+  }
+
+  /** The next command mark of this pause (`silence_s` heard so far), counted as given. */
+  #nextMark(silence_s, extra = {}) {
+    const [kind] = this.commandMarks[this.silenceMarks++];
+    return { type: 'command-silence', kind, pauseId: this.pauseId, silence_s, ...extra };
   }
 
   /** In silence: counts the frame [start, end) into the onset; whether the onset now has enough voice. */
@@ -169,9 +172,7 @@ export class Endpointer {
     // Not on a voiced frame: it may be the start of the words that extend the command.
     const marks = this.commandMarks;
     while (!this.voiced && this.silenceMarks < marks.length && silentSecs >= marks[this.silenceMarks][1]) {
-      events.push({ type: 'command-silence', kind: marks[this.silenceMarks][0], pauseId: this.pauseId,
-        silence_s: silentSecs });
-      this.silenceMarks += 1;
+      events.push(this.#nextMark(silentSecs));
     }
     if (!this.turnChecked && silentSecs >= this.s.turnCheckSecs) {
       this.turnChecked = true;

@@ -500,8 +500,7 @@ export class Whisper {
 
   /** The log-probability of token `id` at a step with these logits, after the same suppression as `#pick`. */
   #logprob(logits, id, first) {
-    for (const s of this.suppress) logits[s] = -Infinity;
-    if (first) for (const s of this.suppressBegin) logits[s] = -Infinity;
+    this.#suppressIn(logits, first);
     let max = -Infinity;
     for (let i = 0; i < logits.length; i++) if (logits[i] > max) max = logits[i];
     let sum = 0;
@@ -549,10 +548,15 @@ export class Whisper {
       freeText: free, steps: extraSteps };
   }
 
-  /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */
-  #pick(logits, first) {
+  /** Tokens never transcribed (and, at the first step, never first) get no probability: in place. */
+  #suppressIn(logits, first) {
     for (const id of this.suppress) logits[id] = -Infinity;
     if (first) for (const id of this.suppressBegin) logits[id] = -Infinity;
+  }
+
+  /** Greedy choice after suppression, with the chosen token's log-probability and the best candidates. */
+  #pick(logits, first) {
+    this.#suppressIn(logits, first);
     // The TOP_CANDIDATES largest logits, kept sorted (descending) by insertion.
     const topIds = [];
     const topLogits = [];

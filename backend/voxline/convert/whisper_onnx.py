@@ -680,42 +680,45 @@ class OnnxWhisper:
 
     def generate(self, cross_k: np.ndarray, cross_v: np.ndarray, max_new_tokens: int = MAX_NEW_TOKENS):
         """Greedy decoding; returns (text token ids without eot, log-probability of each of them)."""
-        dims = self.table["dims"]
         eot = self.table["special"]["eot"]
-        empty = np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
-        past_k, past_v = empty, empty
-        tokens = np.asarray([self.table["prompt"]], dtype=np.int64)
+        past_k, past_v = self._empty_past(), self._empty_past()
+        tokens = self.table["prompt"]
         ids: list[int] = []
         logprobs: list[float] = []
         for step in range(max_new_tokens):
-            logits, past_k, past_v = self.decoder.run(
-                None, {"tokens": tokens, "past_k": past_k, "past_v": past_v, "cross_k": cross_k, "cross_v": cross_v}
-            )
-            scores = self._log_softmax(logits[0], self._suppress_begin if step == 0 else self._suppress)
+            scores, past_k, past_v = self._step(tokens, past_k, past_v, cross_k, cross_v, first=step == 0)
             best = int(np.argmax(scores))
             if best == eot:
                 break
             ids.append(best)
             logprobs.append(float(scores[best]))
-            tokens = np.asarray([[best]], dtype=np.int64)
+            tokens = [best]
         return ids, logprobs
 
     def score(self, cross_k: np.ndarray, cross_v: np.ndarray, ids: Sequence[int]) -> float:
         """Log-probability of the text tokens `ids` and then end of text, fed to the decoder one by one after the
         usual prompt (teacher forcing), with greedy decoding's suppression."""
-        dims = self.table["dims"]
-        eot = self.table["special"]["eot"]
-        empty = np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
-        past_k, past_v = empty, empty
-        tokens = np.asarray([self.table["prompt"]], dtype=np.int64)
+        past_k, past_v = self._empty_past(), self._empty_past()
+        tokens = self.table["prompt"]
         total = 0.0
-        for step, target in enumerate([*ids, eot]):
-            logits, past_k, past_v = self.decoder.run(
-                None, {"tokens": tokens, "past_k": past_k, "past_v": past_v, "cross_k": cross_k, "cross_v": cross_v}
-            )
-            total += float(self._log_softmax(logits[0], self._suppress_begin if step == 0 else self._suppress)[target])
-            tokens = np.asarray([[target]], dtype=np.int64)
+        for step, target in enumerate([*ids, self.table["special"]["eot"]]):
+            scores, past_k, past_v = self._step(tokens, past_k, past_v, cross_k, cross_v, first=step == 0)
+            total += float(scores[target])
+            tokens = [target]
         return total
+
+    def _empty_past(self) -> np.ndarray:
+        """A self-attention cache of length 0: the first step's past."""
+        dims = self.table["dims"]
+        return np.zeros((dims["layers"], 1, dims["heads"], 0, dims["head_dim"]), dtype=np.float32)
+
+    def _step(self, tokens: Sequence[int], past_k, past_v, cross_k, cross_v, first: bool):
+        """Feed `tokens` to the decoder; returns the next token's log-probabilities (suppression applied; at the
+        `first` step the tokens never first too) and the grown cache."""
+        logits, past_k, past_v = self.decoder.run(None, {
+            "tokens": np.asarray([tokens], dtype=np.int64), "past_k": past_k, "past_v": past_v,
+            "cross_k": cross_k, "cross_v": cross_v})
+        return self._log_softmax(logits[0], self._suppress_begin if first else self._suppress), past_k, past_v
 
     @staticmethod
     def _log_softmax(logits: np.ndarray, suppressed: np.ndarray) -> np.ndarray:

@@ -9,10 +9,9 @@ import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../..');
 const ort = await import(path.join(root, 'node_modules/onnxruntime-web/dist/ort.node.min.mjs'));
-const { Whisper } = await import(path.join(root, 'web/voxline/whisper.js'));
+const { Whisper, COMMAND_CONFIDENCE_MODEL } = await import(path.join(root, 'web/voxline/whisper.js'));
 const { CommandGraph } = await import(path.join(root, 'web/voxline/grammar-decode.js'));
 const { resolveSettings } = await import(path.join(root, 'web/voxline/settings.js'));
-const { COMMAND_CONFIDENCE_MODEL } = await import(path.join(root, 'web/voxline/whisper.js'));
 
 /** The page's settings for a configuration; `measureSupport` (the fit's) has `support` computed for every prompted
  * reading, whatever the model weighs. */
