@@ -496,6 +496,48 @@ def test_sound_alike_comes_from_the_skill_file(tmp_path):
     assert recognize("and lock", load_grammar([path])).intent == "a.lock"
 
 
+@pytest.mark.parametrize("text, intent, slots", [
+    ("switch off my kitchen lights", "lights.off", {"area": "kitchen"}),
+    ("turn the lights off in our bedroom", "lights.off", {"area": "bedroom"}),
+    ("turn on your lights", "lights.on", {}),
+    ("pause my music", "media.pause", {}),
+    ("turn that song down", "media.volume_down", {}),
+    ("mute my music", "media.mute", {}),
+    ("turn off those lights", "lights.off", {}),
+    ("skip this song", "media.next", {}),  # a template's own "this" is still read as itself
+    ("my mistake", "assistant.stop", {}),
+    ("play my jazz playlist", "media.play", {"query": "my jazz playlist"}),  # a slot keeps the words as said
+    ("turn off my oven", None, {}),
+    ("turn that off", None, {}),  # a pronoun: no noun after it, no command
+])
+def test_possessives_and_demonstratives_are_read_as_the(grammar, text, intent, slots):
+    for index in (True, False):  # the trie and the linear scan agree
+        match = recognize(text, grammar, index=index)
+        assert (match.intent, match.slots) == (intent, slots) if intent else match is None
+
+
+def test_a_word_read_as_another_changes_no_endpointing(grammar):
+    """"turn my volume down" may go on ("to 30") as "turn the volume down" may; "pause my music" may not."""
+    assert is_prefix("turn my volume down", grammar) and is_prefix("turn my", grammar)
+    assert could_change("turn my volume down", grammar) == could_change("turn the volume down", grammar)
+    assert could_change("pause my music", grammar) == could_change("pause the music", grammar)
+
+
+def test_read_as_comes_from_the_skill_file(tmp_path):
+    from voxline.intents import GrammarError, load_grammar
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nread_as: {my: the}\nintents:\n  a.lock: {sentences: [lock the door]}\n")
+    grammar = load_grammar([path])
+    assert recognize("lock my door", grammar).intent == "a.lock" and recognize("lock our door", grammar) is None
+    path.write_text("language: en\nread_as: {my: a}\nintents:\n  a.lock: {sentences: [lock the door]}\n")
+    with pytest.raises(GrammarError, match="no template has"):
+        load_grammar([path])
+    path.write_text("language: en\nread_as: {my own: the}\nintents:\n  a.lock: {sentences: [lock the door]}\n")
+    with pytest.raises(GrammarError, match="single words"):
+        load_grammar([path])
+
+
 def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_path):
     from voxline.intents import GrammarError, load_grammar
     from voxline.intents.lexicon import decoding_lexicon

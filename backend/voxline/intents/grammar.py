@@ -10,6 +10,8 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
+    read_as: {my: the}                   # a word that may stand where a template has another ("turn off my
+                                         # lights"); a slot's value keeps the words as said
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
       question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
       negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
@@ -41,7 +43,8 @@ Merging, file by file in order: a new intent is added; an existing one gets the 
 them replaced with ``replace: true``), its ``confirm`` replaced when given and its ``requires`` extended. Two
 ``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
 ``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words, fillers, no-command
-openings and the words of ``asides`` accumulate.
+openings and the words of ``asides`` accumulate; a later ``sound_alike`` or ``read_as`` entry for the
+same word replaces the earlier one.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
@@ -68,9 +71,10 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 3
+ENGINE_REVISION = 4
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
-2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else)."""
+2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
+4: `read_as` (a word that may stand for a template's word)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -81,8 +85,8 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "asides",
-                            "no_command_openings"})
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
+                            "asides", "no_command_openings"})
 _ASIDE_KEYS = ("after_starts", "not_with", "not_before")
 NO_COMMAND_KIND = "no_command"
 """The kind of a no-command opening given in a bare list."""
@@ -142,6 +146,14 @@ class LanguageGrammar:
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
+        self.read_as: dict[str, str] = {}
+        """A word of an utterance that may stand where a template has another ("my" where it has "the"): matched as
+        either, never changed in a slot's value (checked below: one word each, read as a word of some template)."""
+        for word, as_word in sorted(data.get("read_as", {}).items()):
+            said, read = normalize(word), normalize(as_word)
+            if not said or not read or " " in said or " " in read or said == read:
+                raise GrammarError(f"{lang}: read_as {word!r}: {as_word!r} must be two different single words")
+            self.read_as[said] = read
         self.no_command_kinds: dict[tuple[str, ...], str] = {}
         """Openings of an utterance that is no command ("why", "dont"), each with its kind ("question", "negated"):
         a recogniser's command reading may not drop them (`voxline.intents.lexicon`), the server's classifier
@@ -173,6 +185,9 @@ class LanguageGrammar:
             element for template in self.templates for expansion in template.expansions for element in expansion
             if isinstance(element, str))
         """Every literal word of the templates."""
+        unread = sorted(word for word, read in self.read_as.items() if read not in self.words)
+        if unread:
+            raise GrammarError(f"{lang}: read_as reads {unread} as words no template has")
         for opening in self.no_command_openings:
             node = self.trie.root
             for word in opening:
@@ -353,6 +368,8 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
             target.setdefault("no_command_openings", {}).setdefault(kind, []).extend(phrases)
     for phrase, start in _mapping(document.get("sound_alike"), f"{where} sound_alike").items():
         target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
+    for word, as_word in _mapping(document.get("read_as"), f"{where} read_as").items():
+        target.setdefault("read_as", {})[str(word)] = _string(as_word, f"{where} read_as {word}")
     asides = _mapping(document.get("asides"), f"{where} asides")
     unknown = set(asides) - set(_ASIDE_KEYS)
     if unknown:
@@ -452,6 +469,7 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "fillers": sorted(set(data.get("fillers", []))),
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
+            **({"read_as": dict(_mapping(data["read_as"], f"{lang} read_as"))} if data.get("read_as") else {}),
             **({"no_command_openings": {kind: sorted(set(phrases)) for kind, phrases in
                                         sorted(_opening_kinds(data["no_command_openings"], lang).items())}}
                if data.get("no_command_openings") else {}),

@@ -282,8 +282,7 @@ def _changes(walk: _Walk, node: TrieNode, position: int, fills: tuple[_Fill, ...
     if position == len(walk.tokens):
         slots = json.dumps({fill.name: fill.value for fill in fills}, sort_keys=True)
         return any(_ahead_changes(walk, child, slots, meaning) for child in node.words.values()) or bool(node.slots)
-    child = node.words.get(walk.tokens[position])
-    if child is not None and _changes(walk, child, position + 1, fills, meaning):
+    if any(_changes(walk, child, position + 1, fills, meaning) for child in _word_children(walk, node, position)):
         return True
     for slot, slot_child in node.slots.items():
         slot_list = walk.grammar.lists[slot.list_name]
@@ -387,6 +386,14 @@ def _without_fillers(tokens: list[str], kept: list[int], fillers: tuple[tuple[st
     return out
 
 
+def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[TrieNode]:
+    """Where the word at `position` leads from `node` as a template's literal word: as said, and as the word the
+    language reads it as (`read_as`: "my" where a template has "the"). Slots read the words as said."""
+    said = walk.tokens[position]
+    words = (said, read) if (read := walk.grammar.read_as.get(said)) is not None else (said,)
+    return [child for word in words if (child := node.words.get(word)) is not None]
+
+
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:
     return walk.grammar.lists[slot.list_name].consume(walk.tokens, position)
 
@@ -405,8 +412,7 @@ def _walk_trie(
             walk.stats.templates += 1
             walk.candidates.append(_Candidate(end, fills, literal, wildcard))
         return
-    child = node.words.get(walk.tokens[position])
-    if child is not None:
+    for child in _word_children(walk, node, position):
         _walk_trie(walk, child, position + 1, fills, literal + 1, wildcard)
     for slot, slot_child in node.slots.items():
         is_free = _is_wildcard(walk, slot)
@@ -444,7 +450,7 @@ def _match_elements(
         return
     element = elements[element_index]
     if isinstance(element, str):
-        if walk.tokens[position] == element:
+        if element in (walk.tokens[position], walk.grammar.read_as.get(walk.tokens[position])):
             _match_elements(walk, end, elements, element_index + 1, position + 1, fills, literal + 1, wildcard)
         return
     is_free = _is_wildcard(walk, element)
@@ -459,8 +465,7 @@ def _extends(walk: _Walk, node: TrieNode, position: int) -> bool:
     walk.step()
     if position == len(walk.tokens):
         return node.has_continuation()
-    child = node.words.get(walk.tokens[position])
-    if child is not None and _extends(walk, child, position + 1):
+    if any(_extends(walk, child, position + 1) for child in _word_children(walk, node, position)):
         return True
     for slot, slot_child in node.slots.items():
         slot_list = walk.grammar.lists[slot.list_name]
