@@ -266,6 +266,9 @@ def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, inte
     "pause the music and set a timer for ten minutes",  # two commands
     "they left all the lights on",  # a statement: the aside may not end in a determiner ("all | the lights on")
     "the kids left every light on",
+    "my son never turns the lights off",  # a command's verb in another form ("turns | the lights off")
+    "she keeps the lights on all night",
+    "the music at the party was way too loud",  # a word of degree binds to what follows ("way | too loud")
 ])
 def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
     assert recognize(text, grammar) is None, text
