@@ -48,6 +48,16 @@ def test_fillers_never_make_a_longer_sentence_a_command():
     assert recognize("uh", grammar) is None
 
 
+@pytest.mark.parametrize("text, intent, slots", [
+    ("set a timer for a minute please", "timer.set", {"seconds": 60}),  # "for a minute" is a skip phrase too
+    ("please set a timer for a minute please", "timer.set", {"seconds": 60}),
+    ("pause for a minute please", "media.pause", {}),  # the window trimmed most is tried first
+])
+def test_a_skip_phrase_that_ends_the_command_is_kept_when_the_rest_needs_it(grammar, text, intent, slots):
+    match = recognize(text, grammar)
+    assert (match.intent, match.slots) == (intent, slots)
+
+
 def test_skip_words_stay_at_the_edges():
     grammar = tiny({"x.y": ["turn it down"]}, skip_words=["please"])
     assert recognize("turn please it down", grammar) is None
@@ -123,6 +133,7 @@ PARAPHRASES = [
     ("play another song", "media.next", {}),
     ("go to the previous track", "media.previous", {}),
     ("set the volume level to 40", "media.volume_set", {"level": 40}),
+    ("increase volume", "media.volume_up", {}),  # as "lower volume"
     ("I want a five minute timer", "timer.set", {"seconds": 300}),
     ("give me a timer for 20 seconds", "timer.set", {"seconds": 20}),
     ("delete my timer", "timer.cancel", {}),

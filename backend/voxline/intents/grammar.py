@@ -74,7 +74,7 @@ GRAMMAR_FORMAT = 1
 ENGINE_REVISION = 4
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
-4: `read_as` (a word that may stand for a template's word)."""
+4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

@@ -307,13 +307,17 @@ def _ahead_changes(walk: _Walk, node: TrieNode, slots: str, meaning: tuple[str, 
 
 def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]]:
     """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
-    edges; then, if different, the whole utterance; then, if different from both, the first without any filler;
-    last, when what is left is one phrase said over and over, that phrase once."""
-    low, high = _within_edge_words(tokens, language)
+    edges; then, if different, the whole utterance; then the utterance trimmed less, the more trimmed first (a skip
+    phrase may end the command itself: "set a timer for a minute | please"); then, if different from the first, the
+    first without any filler; last, when what is left is one phrase said over and over, that phrase once."""
+    trims = _edge_trims(tokens, language)
+    low, high = trims[-1]
     first = list(range(low, high))
     yield first
     if (low, high) != (0, len(tokens)):
         yield list(range(len(tokens)))
+    for between in reversed(trims[1:-1]):
+        yield list(range(*between))
     unfilled = _without_fillers(tokens, first, language.fillers)
     if unfilled and len(unfilled) != len(first):
         yield unfilled
@@ -325,18 +329,28 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
 def _within_edge_words(tokens: list[str], language: LanguageGrammar) -> tuple[int, int]:
     """Where the utterance starts and ends without the skip words (or fillers) at its edges: [low, high). A skip
     word that may be a misheard start of the next word stays (`_may_be_a_word_start`)."""
-    low, high = 0, len(tokens)
+    return _edge_trims(tokens, language)[-1]
+
+
+def _edge_trims(tokens: list[str], language: LanguageGrammar) -> list[tuple[int, int]]:
+    """[low, high) of the utterance, then after each skip phrase (or filler) trimmed from an edge, one at a time:
+    the last is `_within_edge_words`."""
+    trims = [(0, len(tokens))]
     edge_words = language.skip_words + language.fillers
     trimmed = True
     while trimmed:
         trimmed = False
         for phrase in edge_words:
+            low, high = trims[-1]
             if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase \
                     and not _may_be_a_word_start(tokens, low, phrase, language):
-                low, trimmed = low + len(phrase), True
+                trims.append((low + len(phrase), high))
+                trimmed = True
+            low, high = trims[-1]
             if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
-                high, trimmed = high - len(phrase), True
-    return low, high
+                trims.append((low, high - len(phrase)))
+                trimmed = True
+    return trims
 
 
 def misheard_word_start(tokens: list[str], language: LanguageGrammar) -> str | None:
