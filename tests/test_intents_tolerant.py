@@ -134,6 +134,8 @@ PARAPHRASES = [
     ("go to the previous track", "media.previous", {}),
     ("set the volume level to 40", "media.volume_set", {"level": 40}),
     ("increase volume", "media.volume_up", {}),  # as "lower volume"
+    ("put the volume up to 90", "media.volume_set", {"level": 90}),  # as "turn the volume up to 90"
+    ("unmute yourself", "media.unmute", {}),  # as "mute yourself"
     ("I want a five minute timer", "timer.set", {"seconds": 300}),
     ("give me a timer for 20 seconds", "timer.set", {"seconds": 20}),
     ("delete my timer", "timer.cancel", {}),
@@ -241,6 +243,7 @@ def test_skip_words_do_not_delay_endpointing(grammar):
 
 @pytest.mark.parametrize("text, intent", [
     ("the baby's sleeping turn it down", "media.volume_down"),
+    ("turn off the bathroom light someone left it on", "lights.off"),  # an aside after, of another subject
     ("i'm going to bed turn off the lights", "lights.off"),
     ("okay the tea's done you can cancel the timer", "timer.cancel"),
     ("honestly i love this song turn it up", "media.volume_up"),
