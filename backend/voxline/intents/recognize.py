@@ -400,12 +400,16 @@ def _without_fillers(tokens: list[str], kept: list[int], fillers: tuple[tuple[st
     return out
 
 
-def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[TrieNode]:
-    """Where the word at `position` leads from `node` as a template's literal word: as said, and as the word the
-    language reads it as (`read_as`: "my" where a template has "the"). Slots read the words as said."""
+def _literal_words(walk: _Walk, position: int) -> tuple[str, ...]:
+    """The template words the word at `position` may be: itself, and the word the language reads it as (`read_as`:
+    "my" where a template has "the"). Slots read the words as said."""
     said = walk.tokens[position]
-    words = (said, read) if (read := walk.grammar.read_as.get(said)) is not None else (said,)
-    return [child for word in words if (child := node.words.get(word)) is not None]
+    return (said, read) if (read := walk.grammar.read_as.get(said)) is not None else (said,)
+
+
+def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[TrieNode]:
+    """Where the word at `position` leads from `node` as a template's literal word (`_literal_words`)."""
+    return [child for word in _literal_words(walk, position) if (child := node.words.get(word)) is not None]
 
 
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:
@@ -464,7 +468,7 @@ def _match_elements(
         return
     element = elements[element_index]
     if isinstance(element, str):
-        if element in (walk.tokens[position], walk.grammar.read_as.get(walk.tokens[position])):
+        if element in _literal_words(walk, position):
             _match_elements(walk, end, elements, element_index + 1, position + 1, fills, literal + 1, wildcard)
         return
     is_free = _is_wildcard(walk, element)
