@@ -50,8 +50,11 @@ async function child(dir, level) {
     let past = new ort.Tensor('float32', new Float32Array(0), [4, 1, 6, 0, 64]);
     let pastV = past, tokens = SOT, logits = [];
     for (let step = 0; step < STEPS; step++) {
-      const out = await decoder.run({ tokens: new ort.Tensor('int64', BigInt64Array.from(tokens.map(BigInt)), [1, tokens.length]),
-        past_k: past, past_v: pastV, cross_k: cross.cross_k, cross_v: cross.cross_v });
+      const feeds = { tokens: new ort.Tensor('int64', BigInt64Array.from(tokens.map(BigInt)), [1, tokens.length]),
+        past_k: past, past_v: pastV, cross_k: cross.cross_k, cross_v: cross.cross_v };
+      // A build from before drafted tokens has no `logits_from` (its logits are the last position's anyway).
+      if (decoder.inputNames.includes('logits_from')) feeds.logits_from = new ort.Tensor('int64', BigInt64Array.of(-1n), [1]);
+      const out = await decoder.run(feeds);
       past = out.new_k; pastV = out.new_v;
       logits.push(...out.logits.data.slice(0, 64));
       tokens = [220 + 97 * step];

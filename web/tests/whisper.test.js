@@ -1,7 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  agreement, commandConfidence, repeatStart, WhisperTokenizer, withoutTrailingRepeats, wordCount,
+  agreement, commandConfidence, continuation, repeatStart, WhisperTokenizer, withoutTrailingRepeats, wordCount,
 } from '../voxline/whisper.js';
 
 test('the repeat guard finds a restarted 3-gram and nothing else', () => {
@@ -67,4 +67,13 @@ test('a loop the repeat guard cut counts its words once', () => {
   assert.equal(wordCount('Stop the music', true), 3, 'nothing repeated: every word counts');
   assert.equal(withoutTrailingRepeats(['x', 'y', 'y', 'x', 'y', 'y']), 3, 'the run that removes most');
   assert.equal(withoutTrailingRepeats([]), 0);
+});
+
+test('drafts from an earlier decode go on where the tokens so far last meet it', () => {
+  assert.equal(continuation([], [5, 6, 7]), 0, 'nothing decoded yet: from its start');
+  assert.equal(continuation([1, 5], [5, 6, 7]), 1);
+  assert.equal(continuation([5, 6, 7], [5, 6, 7]), 3, 'all of it decoded: nothing left to draft');
+  assert.equal(continuation([9], [5, 6, 7]), -1);
+  assert.equal(continuation([1, 2, 3, 4], [4, 9, 9, 4, 8]), 4, 'of two places, the one nearest the position');
+  assert.equal(continuation([7, 4, 9], [4, 9, 8, 7, 4, 9, 5]), 6, 'the longest run of last tokens decides');
 });

@@ -11,6 +11,9 @@ let whisper, ring, settings;
 let current = null;
 /** @type {any[]} */
 const queue = [];
+/** The token ids of the last decode and the turn (its first sample) it was of: drafts for the next decode of the
+ * same turn, which has the same speech and more (whisper.js, "Drafts"). */
+let last = { start: -1, ids: null };
 
 self.onmessage = async (event) => {
   const msg = event.data;
@@ -91,8 +94,10 @@ async function drain() {
         continue;
       }
       const audio = ring.read(request.start, request.end);
-      const result = await whisper.transcribe(audio, settings, () => request.cancelled, () => request.final);
+      const hint = last.start === request.start ? last.ids : null;
+      const result = await whisper.transcribe(audio, settings, () => request.cancelled, () => request.final, hint);
       if (!result.cancelled) {
+        last = { start: request.start, ids: result.ids };
         self.postMessage({ type: 'transcript', id: request.id, final: request.final, start: request.start,
           end: request.end, queuedMs: performance.timeOrigin + started - request.sentAtEpochMs, ...result });
       }

@@ -91,6 +91,10 @@ export const DEFAULTS = Object.freeze({
   /** Token budget: ceil(tokensPerSec × speech seconds) + tokenSlack. */
   tokensPerSec: 3.5,
   tokenSlack: 4,
+  /** Drafted tokens checked per decoder run, at most (whisper.js, "Drafts"): an earlier decode of the same
+   * utterance, or the grammar's likeliest next words, proposes what comes next, and one run checks them all, its
+   * cost barely more than one step's; 0: one token per run (the design before, for side-by-side benchmarks). */
+  draftTokens: 6,
 
   // Local intents (zero round trips).
   /** Transcript confidence below which a local match is not trusted and the turn goes to the server. It is also the

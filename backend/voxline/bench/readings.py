@@ -9,7 +9,8 @@ defaults: command readings from the grammar's word graph, a prompted second deco
 prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off), `confidence-dev-fit` (the command
 confidence refitted on 160 lines of the development set, ``commandConfidenceModel``: measured, not adopted; see the
 README), `confidence-before` (the command confidence as fitted before its `agreement` feature existed),
-`confidence-before-support` (as fitted before its `support` feature existed: no forced decode). For each, the
+`confidence-before-support` (as fitted before its `support` feature existed: no forced decode), `one-token-runs`
+(no drafted tokens, ``draftTokens`` 0: one decoder run per token). For each, the
 device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
 the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
 the server (no answer here).
@@ -61,7 +62,8 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
                "bias": 3.85, "spelled": 0.32, "margin": 0.44, "freeConfidence": 0.53, "wordRatio": 2.99}},
            "confidence-before-support": {"commandConfidenceModel": {
                "bias": 2.72, "spelled": 0.75, "margin": 0.65, "freeConfidence": 0.06, "wordRatio": 2.42,
-               "agreement": 1.14}}}
+               "agreement": 1.14}},
+           "one-token-runs": {"draftTokens": 0}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.75
@@ -143,6 +145,9 @@ def score(items: list[dict], rows: list[dict], grammar, gate: float = COMMAND_MI
             "one_word_on_device": round(counts["one_word_correct"] / max(1, counts["one_word"]), 3),
             "ood_false_accepts": round(counts["ood_accepted"] / max(1, counts["ood"]), 3),
             "decode_ms": summary([r["decodeMs"] for r in rows]), "encode_ms": summary([r["encodeMs"] for r in rows]),
+            "free_decode_runs": summary([r["runs"] for r in rows if r.get("runs") is not None]),
+            "drafted_tokens_kept": round(sum(r.get("kept") or 0 for r in rows)
+                                         / max(1, sum(r.get("drafted") or 0 for r in rows)), 3),
             "errors": errors}
 
 

@@ -9,8 +9,10 @@ Outputs of `build(src_dir, out_dir)`:
   max-8 floor, (x+4)/4), then keeps the first N // 160 frames, as faster-whisper does when it
   trims the features of a 30 s window to 3000 frames.
 * `decoder.int8.onnx`: `tokens` int64 [1, T], `past_k`/`past_v` float32 [layers, 1, heads, P, head_dim]
-  (P = 0 on the first call), `cross_k`/`cross_v` -> `logits` float32 [1, vocab] of the last position,
-  `new_k`/`new_v` [layers, 1, heads, P + T, head_dim]. Positions start at P, read from `past_k`'s shape.
+  (P = 0 on the first call), `cross_k`/`cross_v`, `logits_from` int64 [1] -> `logits` float32 [T - F, vocab]
+  of the input positions from F = `logits_from` on (-1: the last position alone, as a plain step needs; 0: every
+  position, as a run that checks drafted tokens needs), `new_k`/`new_v` [layers, 1, heads, P + T, head_dim].
+  Positions start at P, read from `past_k`'s shape.
   The token embedding is stored once, as int8 with one scale per token, and is reused (through
   MatMulInteger) as the tied output projection.
 * `tokens.json`: id -> token strings (GPT-2 byte-level alphabet), special ids, decoding prompt,
@@ -45,6 +47,7 @@ MAX_SAMPLES = 30 * SAMPLE_RATE
 LAYER_NORM_EPS = 1e-5
 MASK_VALUE = -1e9  # finite so that a fully masked row could never turn into NaN
 MAX_NEW_TOKENS = 224  # CTranslate2's cap for Whisper: half the 448-token text context
+LAST_POSITION = np.array([-1], dtype=np.int64)  # the decoder's `logits_from` for a plain step
 
 ENCODER_FILE = "encoder.int8.onnx"
 DECODER_FILE = "decoder.int8.onnx"
@@ -507,7 +510,8 @@ def _decoder_layer(g: GraphBuilder, x: str, layer: int, model: CT2Model, dims: W
 
 
 def _tied_logits(g: GraphBuilder, h: str, emb_q: str, emb_scale: str) -> str:
-    """h [1, d] @ embedding^T with the int8 table: dynamic uint8 activations, int32 accumulate, then rescale."""
+    """h [n, d] @ embedding^T with the int8 table: dynamic uint8 activations (one scale over the n rows), int32
+    accumulate, then rescale."""
     hq, h_scale, h_zero = g.op("DynamicQuantizeLinear", [h], n_out=3, name="decoder/logits_quant")
     acc = g.op("MatMulInteger", [hq, emb_q, h_zero], name="decoder/logits_matmul")
     logits = g.op("Mul", [g.op("Cast", [acc], to=TensorProto.FLOAT), h_scale])
@@ -528,8 +532,9 @@ def decoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
     for layer in range(dims.decoder_layers):
         x = _decoder_layer(g, x, layer, model, dims, mask, caches)
     x = _layer_norm(g, x, model, "decoder/layer_norm")
-    last = g.op("Gather", [x, g.op("Sub", [steps, g.const(1)])], axis=1, name="decoder/last_position")
-    _tied_logits(g, last, emb_q, emb_scale)
+    # Only the positions whose next token is wanted go through the output projection, the step's largest matmul.
+    wanted = g.op("Slice", [x, "logits_from", g.const([2**62]), g.const([1])], name="decoder/logit_positions")
+    _tied_logits(g, g.op("Squeeze", [wanted, g.const([0])]), emb_q, emb_scale)
     g.op("Concat", caches["k"], axis=0, name="new_k")
     g.op("Concat", caches["v"], axis=0, name="new_v")
     return g.model(_decoder_inputs(dims), _decoder_outputs(dims), "Whisper decoder step with self-attention KV cache")
@@ -543,13 +548,14 @@ def _decoder_inputs(dims: WhisperDims) -> list:
         helper.make_tensor_value_info("past_v", TensorProto.FLOAT, kv("past")),
         helper.make_tensor_value_info("cross_k", TensorProto.FLOAT, kv("frames")),
         helper.make_tensor_value_info("cross_v", TensorProto.FLOAT, kv("frames")),
+        helper.make_tensor_value_info("logits_from", TensorProto.INT64, [1]),
     ]
 
 
 def _decoder_outputs(dims: WhisperDims) -> list:
     kv = [dims.decoder_layers, 1, dims.heads, "total", dims.head_dim]
     return [
-        helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, dims.vocab]),
+        helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["positions", dims.vocab]),
         helper.make_tensor_value_info("new_k", TensorProto.FLOAT, kv),
         helper.make_tensor_value_info("new_v", TensorProto.FLOAT, kv),
     ]
@@ -717,8 +723,8 @@ class OnnxWhisper:
         `first` step the tokens never first too) and the grown cache."""
         logits, past_k, past_v = self.decoder.run(None, {
             "tokens": np.asarray([tokens], dtype=np.int64), "past_k": past_k, "past_v": past_v,
-            "cross_k": cross_k, "cross_v": cross_v})
-        return self._log_softmax(logits[0], self._suppress_begin if first else self._suppress), past_k, past_v
+            "cross_k": cross_k, "cross_v": cross_v, "logits_from": LAST_POSITION})
+        return self._log_softmax(logits[-1], self._suppress_begin if first else self._suppress), past_k, past_v
 
     @staticmethod
     def _log_softmax(logits: np.ndarray, suppressed: np.ndarray) -> np.ndarray:

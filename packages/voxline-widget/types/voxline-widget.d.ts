@@ -197,6 +197,7 @@ export interface VoxlineSettings {
   firstPartialSecs: number;
   tokensPerSec: number;
   tokenSlack: number;
+  draftTokens: number;
   localIntentMinConfidence: number;
   grammarDecode: boolean;
   grammarMaxMarginNats: number;

@@ -14,8 +14,8 @@ const { CommandGraph } = await import(path.join(root, 'web/voxline/grammar-decod
 const { resolveSettings } = await import(path.join(root, 'web/voxline/settings.js'));
 
 /** The page's settings for a configuration; `measureSupport` (the fit's) has `support` computed for every prompted
- * reading, whatever the model weighs. */
-function settingsOf({ measureSupport, ...overrides }) {
+ * reading, whatever the model weighs. (`partialFirst` is not a setting: see below.) */
+function settingsOf({ measureSupport, partialFirst, ...overrides }) {
   const settings = resolveSettings(overrides);
   if (!measureSupport) return settings;
   const model = settings.commandConfidenceModel ?? COMMAND_CONFIDENCE_MODEL;
@@ -36,9 +36,17 @@ for (const clip of input.clips) {
   const bytes = fs.readFileSync(clip.path);
   const audio = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.length / 4);
   for (const [name, overrides] of Object.entries(input.configs)) { // alternating, clip by clip
-    const r = await whisper.transcribe(audio, settingsOf(overrides));
+    // `partialFirst` (0..1): first a partial decode of that share of the clip, as the page makes while the user
+    // speaks, whose tokens are the final decode's drafts (whisper.js, "Drafts"), as the ASR worker passes them.
+    const settings = settingsOf(overrides);
+    const hint = overrides.partialFirst
+      ? (await whisper.transcribe(audio.subarray(0, Math.floor(audio.length * overrides.partialFirst)), settings,
+        () => false, false)).ids
+      : null;
+    const r = await whisper.transcribe(audio, settings, () => false, true, hint);
     out[name].push({ text: r.text, ids: r.ids, confidence: r.confidence, guard: r.guard, command: r.command,
-      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs });
+      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs, runs: r.runs,
+      drafted: r.drafted, kept: r.kept });
   }
 }
 process.stdout.write(JSON.stringify(out));
