@@ -121,14 +121,3 @@ test('openings of no command: whole words at the start of a transcript, as norma
   assert.ok(!graph.opensAsNoCommand(''));
   assert.ok(!new CommandGraph(LEXICON).opensAsNoCommand("Don't stop"), 'an older lexicon has none');
 });
-
-test('the likeliest next word is the one the most places of the graph use; none in free text', () => {
-  const graph = new CommandGraph(LEXICON);
-  const after = (tokens) => tokens.reduce((state, token) => graph.feed(state, token), graph.start());
-  assert.equal(graph.likeliestNextWord(after([' volume'])), 'to', 'the only word allowed');
-  assert.equal(graph.likeliestNextWord(after([' Pause'])), 'please', 'in two nodes, "the" in one');
-  assert.equal(graph.likeliestNextWord(after([' volume', ' to'])), '10', 'a tie goes to the first in sort order');
-  assert.equal(graph.likeliestNextWord(after([' play'])), null, 'free text: no guess');
-  assert.equal(graph.likeliestNextWord(after([' pa'])), null, 'the letters so far taken as a word: none');
-  assert.equal(graph.likeliestNextWord(after([' Pause', ' the', ' music'])), 'please', 'the tail after a command');
-});

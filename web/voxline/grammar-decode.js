@@ -144,30 +144,6 @@ export class CommandGraph {
     return !exact && pairs.some(([node]) => node === FREE);
   }
 
-  /**
-   * A guess at the word that comes next in `state`: of the words the graph allows there, the one the most places
-   * of the graph use ("lights" after "turn off the", before any area's name), the word being spelled taken as
-   * finished; null where free text may come, or nothing can. For drafting tokens (whisper.js), which the decoder
-   * then checks.
-   */
-  likeliestNextWord(state) {
-    const pairs = state.word ? this.#step(state.pairs, state.word) : state.pairs;
-    this.wordUses ??= countWordUses(this.nodes);
-    let best = null;
-    let uses = 0;
-    for (const [node] of pairs) {
-      if (node === FREE) return null;
-      for (const word of this.sortedWords[node]) {
-        const n = this.wordUses.get(word);
-        if (n > uses || (n === uses && word < best)) {
-          best = word;
-          uses = n;
-        }
-      }
-    }
-    return best;
-  }
-
   /** Whether a word beginning with `prefix` can come next. */
   #canStart(pairs, prefix) {
     for (const [node] of pairs) {
@@ -221,13 +197,6 @@ export class CommandGraph {
     }
     return out;
   }
-}
-
-/** How many nodes of the graph have an edge for each word. */
-function countWordUses(nodes) {
-  const uses = new Map();
-  for (const node of nodes) for (const word of Object.keys(node.w ?? {})) uses.set(word, (uses.get(word) ?? 0) + 1);
-  return uses;
 }
 
 /**

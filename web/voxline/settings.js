@@ -92,8 +92,8 @@ export const DEFAULTS = Object.freeze({
   tokensPerSec: 3.5,
   tokenSlack: 4,
   /** Drafted tokens checked per decoder run, at most (whisper.js, "Drafts"): an earlier decode of the same
-   * utterance, or the grammar's likeliest next words, proposes what comes next, and one run checks them all, its
-   * cost barely more than one step's; 0: one token per run (the design before, for side-by-side benchmarks). */
+   * utterance (a partial) proposes what comes next, and one run checks them all, for barely more than one token's
+   * cost; 0: one token per run (the design before, for side-by-side benchmarks). */
   draftTokens: 6,
 
   // Local intents (zero round trips).

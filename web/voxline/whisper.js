@@ -33,14 +33,15 @@
 // get a reading only where the free transcript is one: no search, no second decode. A free transcript that opens as
 // no command does (the lexicon's `no_command_openings`: "don't ...", "who ...") gets none at all.
 //
-// Drafts (`draftTokens`): a decoder step costs about as much for one token as for several (its largest part is the
-// output projection's read of the 20 MB embedding, and copying the inputs in), so each run also feeds the tokens
-// that will probably come next and checks them against its own predictions: an earlier decode of the same
-// utterance (a partial while the user spoke, or the free transcript for the prompted decode), where the tokens so
-// far meet it; else the grammar's likeliest next words, and a period where a command may end. The drafted tokens
-// the decoder would have chosen itself are kept, with the token it chose after them, so that a run yields one
-// token or more; the cache of the ones refused is cut off. Greedy decoding picks the same tokens as without
-// drafts, except where int8 activations, quantised with one scale over the run's rows, move a near tie.
+// Drafts (`draftTokens`): a decoder run costs about as much for a few tokens as for one (its largest part is the
+// output projection's read of the 20 MB embedding, and copying the inputs in), so where an earlier decode of the
+// same utterance exists (a partial while the user spoke), each run of the free decode also feeds what followed
+// there, from where the tokens so far meet it, and checks it against its own predictions.
+// The drafted tokens the decoder would have chosen itself are kept, with the token it chose after them, so that a
+// run yields one token or more; the cache of the ones refused is cut off. Greedy decoding picks the tokens it picks
+// without drafts, except where int8 activations, quantised with one scale over a run's rows, move a near tie (case
+// or punctuation, in what was measured). Guessing drafts from the grammar's likeliest next words was tried: it
+// saved a run in six on commands but no time in the page, and is not done.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
@@ -316,8 +317,7 @@ export class Whisper {
     const commandPrompt = (settings.commandPromptFromSkills && this.skillPrompt) || this.commandPrompt;
     if (searchable(free.text) && !sure && short && commandPrompt
       && free.confidence < settings.commandPromptBelowConfidence) {
-      const prompted = await this.#read(commandPrompt, cross_k, cross_v, budget, settings, cancelled, undefined,
-        free.ids);
+      const prompted = await this.#read(commandPrompt, cross_k, cross_v, budget, settings, cancelled);
       if (prompted.cancelled) return prompted;
       if (prompted.command && this.#weighsSupport(settings)) {
         const support = await this.#support(prompted.command.ids, free, cross_k, cross_v, cancelled);
@@ -379,39 +379,11 @@ export class Whisper {
     return { top, get pastK() { return (pastK ??= cut(newK)); }, get pastV() { return (pastV ??= cut(newV)); } };
   }
 
-  /**
-   * Tokens that probably follow `ids` (see the header): `hint` where `ids` meets it; else, past the first token,
-   * the grammar's likeliest next words from `graphState` (the state after `ids`), then a period where a command may
-   * end. Never end of text: a run's last row predicts what follows its drafts anyway.
-   */
-  #drafts(ids, graphState, hint, max) {
-    if (max <= 0) return [];
-    if (hint?.length) {
-      const at = continuation(ids, hint);
-      if (at >= 0 && at < hint.length) return hint.slice(at, at + max);
-    }
-    const graph = this.graph;
-    const out = [];
-    let state = ids.length ? graphState : null; // the first word is anybody's guess
-    while (state && out.length < max && !graph.usesFreeText(state)) {
-      if (graph.complete(state)) {
-        const period = this.#wordId('.');
-        if (period !== undefined) out.push(period);
-        break;
-      }
-      const word = graph.likeliestNextWord(state);
-      const id = word === null ? undefined : this.#wordId(`\u0120${word}`);
-      if (id === undefined) break;
-      out.push(id);
-      state = graph.feed(state, this.tokenText(id));
-    }
-    return out;
-  }
-
-  /** The id of a token by its text in the tokenizer's alphabet (`\u0120` a leading space), if it is one token. */
-  #wordId(token) {
-    this.tokenIds ??= new Map(this.tokenizer.tokens.map((text, id) => [text, id]));
-    return this.tokenIds.get(token);
+  /** Tokens that probably follow `ids`: where `ids` meets `hint`, what follows there (see the header). */
+  #drafts(ids, hint, max) {
+    if (max <= 0 || !hint?.length) return [];
+    const at = continuation(ids, hint);
+    return at < 0 ? [] : hint.slice(at, at + max);
   }
 
   /** A self-attention cache of length 0: the first step's past. */
@@ -421,7 +393,7 @@ export class Whisper {
   }
 
   /**
-   * Greedy decoding after `prompt`, with drafts (`settings.draftTokens`, see the header) from `hint` and the graph.
+   * Greedy decoding after `prompt`, with drafts (`settings.draftTokens`, see the header) from `hint`.
    * `steps` (returned as `states`): per token predicted, the decoder state after the input before it and the
    * candidates for it, as if decoded one token per run.
    */
@@ -431,7 +403,6 @@ export class Whisper {
     let pastK = this.#emptyCache();
     let pastV = this.#emptyCache();
     let pending = prompt; // fed to the next run before its drafts
-    let graphState = this.graph?.start() ?? null;
     const ids = [];
     const logprobs = [];
     const steps = [];
@@ -442,7 +413,7 @@ export class Whisper {
     let kept = 0;
     decoding: for (;;) {
       if (cancelled()) return { cancelled: true };
-      const drafts = this.#drafts(ids, graphState, hint, Math.min(maxDrafts, budget - ids.length - 1));
+      const drafts = this.#drafts(ids, hint, Math.min(maxDrafts, budget - ids.length - 1));
       const input = drafts.length ? [...pending, ...drafts] : pending;
       const out = await this.#step(input, pastK, pastV, crossK, crossV, pending.length - 1);
       runs++;
@@ -458,7 +429,6 @@ export class Whisper {
         }
         ids.push(id);
         logprobs.push(logprob);
-        graphState = graphState && this.graph.feed(graphState, this.tokenText(id));
         const loopAt = repeatStart(ids);
         if (loopAt >= 0) {
           ids.length = loopAt; // drop the restarted loop: its words are already there once
