@@ -206,7 +206,7 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
 
 
 STAGES = ("eos_to_vad_end_ms", "eos_to_decode_asked_ms", "eos_to_decode_answered_ms", "answer_to_intent_ms",
-          "asr_queued_ms", "asr_encode_ms", "asr_decode_ms", "asr_command_ms")
+          "asr_queued_ms", "asr_encode_ms", "asr_decode_ms", "asr_command_ms", "asr_decoder_runs", "asr_drafts_kept")
 """Where the time of a command went, per utterance (see `_stages`)."""
 
 
@@ -215,7 +215,8 @@ def _stages(spoken: Spoken, final: dict | None, intent: dict | None) -> dict:
     the voice detector put the end of speech (`eos_to_vad_end_ms`, negative when before it), when the page asked
     for the decode (at the pause: the detector's lag and the listening worker's) and got its answer, from there to
     the intent (cache, grammar engine), and the recogniser's own times: waiting behind another decode
-    (`asr_queued_ms`), the encoder, the free decode and the command reading's search."""
+    (`asr_queued_ms`), the encoder, the free decode and the command reading's search, and the free decode's decoder
+    runs and the tokens a partial drafted for it that it kept (whisper.js, "Drafts")."""
     if not final:
         return {}
     timings = final.get("timings") or {}
@@ -225,7 +226,8 @@ def _stages(spoken: Spoken, final: dict | None, intent: dict | None) -> dict:
            "eos_to_decode_answered_ms": 1000 * (answered - spoken.end_s) if answered is not None else None,
            "answer_to_intent_ms": 1000 * (intent["audio_t"] - answered) if intent and answered is not None else None,
            "asr_queued_ms": timings.get("queued_ms"), "asr_encode_ms": timings.get("encode_ms"),
-           "asr_decode_ms": timings.get("decode_ms"), "asr_command_ms": timings.get("command_ms")}
+           "asr_decode_ms": timings.get("decode_ms"), "asr_command_ms": timings.get("command_ms"),
+           "asr_decoder_runs": timings.get("decoder_runs"), "asr_drafts_kept": timings.get("drafts_kept")}
     return {k: round(v, 1) for k, v in out.items() if v is not None}
 
 

@@ -12,7 +12,8 @@ let current = null;
 /** @type {any[]} */
 const queue = [];
 /** The token ids of the last decode and the turn (its first sample) it was of: drafts for the next decode of the
- * same turn, which has the same speech and more (whisper.js, "Drafts"). */
+ * same turn, which has the same speech and more (whisper.js, "Drafts"). A partial cancelled for a final leaves the
+ * tokens it had decoded. */
 let last = { start: -1, ids: null };
 
 self.onmessage = async (event) => {
@@ -96,8 +97,10 @@ async function drain() {
       const audio = ring.read(request.start, request.end);
       const hint = last.start === request.start ? last.ids : null;
       const result = await whisper.transcribe(audio, settings, () => request.cancelled, () => request.final, hint);
+      // A cancelled decode keeps the drafts it was given where it had got less far than they go.
+      const further = !result.cancelled || result.ids?.length > (hint?.length ?? 0);
+      if (result.ids?.length && further) last = { start: request.start, ids: result.ids };
       if (!result.cancelled) {
-        last = { start: request.start, ids: result.ids };
         self.postMessage({ type: 'transcript', id: request.id, final: request.final, start: request.start,
           end: request.end, queuedMs: performance.timeOrigin + started - request.sentAtEpochMs, ...result });
       }

@@ -412,7 +412,7 @@ export class Whisper {
     let drafted = 0;
     let kept = 0;
     decoding: for (;;) {
-      if (cancelled()) return { cancelled: true };
+      if (cancelled()) return { cancelled: true, ids }; // the tokens so far still draft the decode that follows
       const drafts = this.#drafts(ids, hint, Math.min(maxDrafts, budget - ids.length - 1));
       const input = drafts.length ? [...pending, ...drafts] : pending;
       const out = await this.#step(input, pastK, pastV, crossK, crossV, pending.length - 1);
