@@ -10,7 +10,9 @@ prompt from the word graph's shortest sentences, ``commandPromptFromSkills`` off
 confidence refitted on 160 lines of the development set, ``commandConfidenceModel``: measured, not adopted; see the
 README), `confidence-before` (the command confidence as fitted before its `agreement` feature existed),
 `confidence-before-support` (as fitted before its `support` feature existed: no forced decode), `one-token-runs`
-(no drafted tokens, ``draftTokens`` 0: one decoder run per token). For each, the
+(no drafted tokens, ``draftTokens`` 0: one decoder run per token; alike unless a partial came first),
+`partial-drafts` (a partial decode of the clip's first 70 % first, whose tokens draft the final decode, as in the
+page; not a page setting). For each, the
 device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
 the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
 the server (no answer here).
@@ -63,7 +65,8 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "confidence-before-support": {"commandConfidenceModel": {
                "bias": 2.72, "spelled": 0.75, "margin": 0.65, "freeConfidence": 0.06, "wordRatio": 2.42,
                "agreement": 1.14}},
-           "one-token-runs": {"draftTokens": 0}}
+           "one-token-runs": {"draftTokens": 0},
+           "partial-drafts": {"partialFirst": 0.7}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.75
