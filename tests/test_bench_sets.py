@@ -11,8 +11,9 @@ from voxline.intents.validate import intent_problem
 from voxline.bench.evalset import DEFAULT_SET, SetFormatError, load_set
 
 COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
-                DEFAULT_SET.with_name("dev-commands-en.jsonl"), DEFAULT_SET.with_name("dev-commands-c-en.jsonl")]
-"""The held-out sets of two authors and the two development sets (see sets/README.md)."""
+                DEFAULT_SET.with_name("dev-commands-en.jsonl"), DEFAULT_SET.with_name("dev-commands-c-en.jsonl"),
+                DEFAULT_SET.with_name("dev-commands-d-en.jsonl")]
+"""The held-out sets of two authors and the three development sets (see sets/README.md)."""
 
 DEFAULT_INTENTS = {
     "media.play", "media.pause", "media.resume", "media.stop", "media.next", "media.previous", "media.volume_up",
@@ -20,8 +21,9 @@ DEFAULT_INTENTS = {
     "lights.on", "lights.off", "assistant.stop",
 }  # DESIGN.md's default skill pack
 MIN_COMMANDS, MIN_ONE_WORD, MIN_OOD = 200, 20, 100
-SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50)}
-"""Sets written to other counts: the third author's has no one-word lines and fewer out-of-domain ones."""
+SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50), "dev-commands-d-en.jsonl": (200, 10, 50)}
+"""Sets written to other counts: the third author's has no one-word lines and fewer out-of-domain ones, the
+fourth's fewer of both."""
 MIN_COMMANDS_PER_INTENT = 8
 
 

@@ -116,6 +116,13 @@ def test_not_chinese_numbers(text):
         ("twenty five minutes", 1500),
         ("5 mins", 300),
         ("1 hr", 3600),
+        # a bare count after the last unit is of the next smaller one, as on a clock face
+        ("one minute thirty", 90),
+        ("an hour fifteen", 4500),
+        ("2 hours 45", 9900),
+        # a unit alone, where a half follows it
+        ("hour and a half", 5400),
+        ("minute and a half", 90),
     ],
 )
 def test_english_durations(text, seconds):
@@ -125,7 +132,8 @@ def test_english_durations(text, seconds):
 @pytest.mark.parametrize(
     "text",
     ["ten", "minutes", "a", "half", "and a half", "thirty minutes one hour", "ten minutes ten minutes",
-     "an hour and", "five apples", "minus five minutes", "zero seconds", "a half"],
+     "an hour and", "five apples", "minus five minutes", "zero seconds", "a half",
+     "hour", "minute", "ten seconds five", "one minute seventy", "one minute zero", "hour and a half and"],
 )
 def test_not_english_durations(text):
     assert parse_duration(tokens(text), "en") is None

@@ -146,6 +146,20 @@ PARAPHRASES = [
     ("stop speaking", "assistant.stop", {}),
     ("forget about it", "assistant.stop", {}),
     ("I want to listen to some music", "media.play", {}),
+    # terse, insistent and wished-for forms (2026-12-06)
+    ("vol down", "media.volume_down", {}),
+    ("vol at 15", "media.volume_set", {"level": 15}),
+    ("lights on bedroom", "lights.on", {"area": "bedroom"}),
+    ("scrap timer", "timer.cancel", {}),
+    ("stop it I said", "assistant.stop", {}),
+    ("I said next", "media.next", {}),
+    ("I'd like it a bit quieter", "media.volume_down", {}),
+    ("I want the music louder", "media.volume_up", {}),
+    ("put it to volume level 20", "media.volume_set", {"level": 20}),
+    ("start it from where we stopped", "media.resume", {}),
+    ("no thank you", "assistant.stop", {}),
+    ("a timer for twelve minutes for the rice", "timer.set", {"seconds": 720}),
+    ("set a timer for an hour fifteen", "timer.set", {"seconds": 4500}),
 ]
 
 
@@ -215,6 +229,11 @@ NEAR_MISSES = [
     "set the table",
     "louder than bombs is a great album",
     "play is important for children",
+    "I said I was tired",
+    "I want it",
+    "vol",
+    "a timer for the pasta",  # no duration
+    "I'd like some music recommendations",
 ]
 
 
@@ -253,6 +272,10 @@ def test_skip_words_do_not_delay_endpointing(grammar):
     ("lights off we're leaving", "lights.off"),
     ("pause i need to take a call", "media.pause"),
     ("it's dark in here turn the lights on", "lights.on"),  # the aside says the same: fine
+    # after the command, a clause with a subject of its own: a determiner, then a verb
+    ("turn the music down the baby's sleeping", "media.volume_down"),
+    ("pause it my husband is on a call", "media.pause"),
+    ("switch the lights off the film has started", "lights.off"),
 ])
 def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, intent):
     match = recognize(text, grammar)
@@ -283,6 +306,8 @@ def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, inte
     "my son never turns the lights off",  # a command's verb in another form ("turns | the lights off")
     "she keeps the lights on all night",
     "the music at the party was way too loud",  # a word of degree binds to what follows ("way | too loud")
+    "pause the music the one in the car",  # no verb of a clause of its own: the rest of the command, maybe
+    "turn on the lights the bedroom is dark",  # the clause names a slot value: not every light
 ])
 def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
     assert recognize(text, grammar) is None, text

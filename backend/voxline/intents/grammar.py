@@ -18,6 +18,8 @@ Source file format (one language per file; later files extend or override earlie
                                          # bare list is of the kind `no_command`)
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
+      after_subjects: [the, my]          # ... or a subject's determiner, when a `clause_verbs` word follows
+      clause_verbs: [is, are]            #   within three words ("the phone is ringing", "the baby's asleep")
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
       not_before: [to, and]              # words that may not end one right before the command
     rules:
@@ -71,7 +73,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 4
+ENGINE_REVISION = 5
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words."""
@@ -87,7 +89,7 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
                             "asides", "no_command_openings"})
-_ASIDE_KEYS = ("after_starts", "not_with", "not_before")
+_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before")
 NO_COMMAND_KIND = "no_command"
 """The kind of a no-command opening given in a bare list."""
 OPENING_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")

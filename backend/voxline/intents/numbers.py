@@ -208,6 +208,11 @@ def parse_duration(tokens: Sequence[str], lang: str) -> float | None:
         if position == len(tokens):
             totals.add(total)
             return
+        if lang != "zh" and last_unit in (3600, 60):
+            # "one minute thirty", "an hour fifteen": a bare count after the last part is of the next smaller unit.
+            rest = parse_number(tokens[position:], "en")
+            if isinstance(rest, int) and 0 < rest < 60:
+                totals.add(total + rest * last_unit // 60)
         starts = [position]
         if last_unit < 10**9 and tokens[position] in joiners:
             starts.append(position + 1)
@@ -248,6 +253,8 @@ def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
     window = tokens[start : start + 4]
     if window[:1] and window[0] in _EN_ARTICLES:
         found.append((start + 1, 1.0))
+    if start == 0 and len(window) == 4 and window[0] in _EN_UNITS and window[1:] == ["and", "a", "half"]:
+        found.append((start, 1.0))  # "hour and a half": the unit alone, but only where a half follows it
     if len(window) >= 2 and window[0] == "half" and window[1] in _EN_ARTICLES:
         found.append((start + 2, 0.5))
     if window[:2] == ["a", "half"]:

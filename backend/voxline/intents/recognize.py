@@ -217,7 +217,8 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE
                   or any(tuple(words[len(words) - len(p):]) == p for p in asides["not_before"])):
         return False
-    if not first and not any(tuple(words[:len(p)]) == p for p in asides["after_starts"]):
+    if not first and not (any(tuple(words[:len(p)]) == p for p in asides["after_starts"])
+                          or _subject_clause(words, asides)):
         return False
     for position in range(len(words)):
         if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
@@ -226,6 +227,23 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
                for slot_list in language.lists.values()):
             return False
     return True
+
+
+SUBJECT_VERB_WINDOW = 3
+"""How many words after its determiner a subject clause's verb may come ("the | baby | is | asleep")."""
+
+
+def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
+    """Whether `words` open with a subject of their own and its verb: a determiner of `after_subjects`, then within
+    `SUBJECT_VERB_WINDOW` words one of `clause_verbs` ("the phone is ringing", "my wife has a call"), or a noun
+    whose "is" the normaliser joined to it before a verb in -ing ("the babys sleeping"). Without the verb, what
+    follows a command may be the rest of it ("play music | the beatles"), so it is no aside."""
+    if not asides["after_subjects"] or (words[0],) not in asides["after_subjects"]:
+        return False
+    window = words[1:1 + SUBJECT_VERB_WINDOW]
+    if any((word,) in asides["clause_verbs"] for word in window):
+        return True
+    return len(words) >= 3 and words[1].endswith("s") and words[2].endswith("ing")
 
 
 def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
