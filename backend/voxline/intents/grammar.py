@@ -76,7 +76,8 @@ GRAMMAR_FORMAT = 1
 ENGINE_REVISION = 5
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
-4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words."""
+4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
+5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

@@ -180,7 +180,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       light);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
       by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
-      `after_starts` word (a new subject: "im", "we", "because"), so it cannot be the rest of the command.
+      `after_starts` word (a new subject: "im", "we", "because"), or with a subject and its verb
+      (`_subject_clause`: "the phone is ringing"), so it cannot be the rest of the command.
 
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
     commands in one breath), nothing is returned."""
@@ -236,8 +237,9 @@ SUBJECT_VERB_WINDOW = 3
 def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
     """Whether `words` open with a subject of their own and its verb: a determiner of `after_subjects`, then within
     `SUBJECT_VERB_WINDOW` words one of `clause_verbs` ("the phone is ringing", "my wife has a call"), or a noun
-    whose "is" the normaliser joined to it before a verb in -ing ("the babys sleeping"). Without the verb, what
-    follows a command may be the rest of it ("play music | the beatles"), so it is no aside."""
+    whose "is" the normaliser joined to it before a verb in -ing ("the babys sleeping": English morphology, like
+    the only language that gives `after_subjects` today). Without the verb, what follows a command may be the rest
+    of it ("play music | the beatles"), so it is no aside."""
     if not asides["after_subjects"] or (words[0],) not in asides["after_subjects"]:
         return False
     window = words[1:1 + SUBJECT_VERB_WINDOW]
