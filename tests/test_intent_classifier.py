@@ -271,6 +271,9 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("ask mum to turn off the kitchen lights", "someone_else"), ("tell dad to turn the music down", "someone_else"),
     ("please don't mute yourself", "negated"), ("do not turn off the lights", "negated"),
     ("turn off my alarm", "something_else"), ("mute the tv", "something_else"),
+    # what the speakers do themselves, said of themselves
+    ("i paused the movie for a snack", "statement"), ("we turned the heating off", "statement"),
+    ("i set a timer for ten minutes", "statement"), ("i'd like the music paused", None),
     # "unpause", "unmute" as Whisper often hears them: the command after "and" is the opposite of what was said
     ("and pause", "sound_alike"), ("and mute the music", "sound_alike"), ("please and pause", "sound_alike"),
     ("and play the beatles", None), ("and set a timer for ten minutes", None),
