@@ -32,24 +32,17 @@ import numpy as np
 import onnxruntime as ort
 
 from voxline import paths
-from voxline.bench.audio import RATE, espeak, hibari
+from voxline.bench.audio import espeak, hibari, to_16k
+from voxline.bench.evalset import first_texts
 from voxline.bench.wer import wer
 from voxline.convert.ct2_reader import read_ct2_model
 from voxline.convert.whisper_onnx import ENCODER_FILE, SAMPLE_RATE, OnnxWhisper, extract_frontend
 
-SETS = Path(__file__).resolve().parent.parent / "backend" / "voxline" / "bench" / "sets"
 WINDOW_S = 8.0
 """The page's decode window (whisper.js)."""
 SAMPLES_PER_POSITION = 320
 """16 kHz samples per encoder position (two 10 ms mel frames; the second convolution halves the rate)."""
 _erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def to_16k(samples: np.ndarray) -> np.ndarray:
-    """48 kHz → 16 kHz: a windowed-sinc low-pass at 8 kHz, then every third sample."""
-    assert RATE == 48_000
-    taps = np.sinc(np.arange(-60, 61) / 3) / 3 * np.hamming(121)
-    return np.convolve(samples.astype(np.float64), taps, mode="same")[::3].astype(np.float32)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -138,11 +131,8 @@ class NumpyEncoder:
 
 
 def texts(questions: int, commands: int) -> list[str]:
-    def first(name: str, n: int) -> list[str]:
-        with open(SETS / name, encoding="utf-8") as f:
-            return [json.loads(line)["text"] for line in f if line.strip()][:n]
-
-    return first("questions-en.jsonl", questions) + first("commands-b-en.jsonl", commands)
+    """Held-out questions, then held-out commands of set B."""
+    return first_texts("questions-en.jsonl", questions) + first_texts("commands-b-en.jsonl", commands)
 
 
 def main() -> int:

@@ -48,6 +48,13 @@ def write_wav(path: Path, samples: np.ndarray, rate: int = RATE) -> Path:
     return path
 
 
+def to_16k(samples: np.ndarray) -> np.ndarray:
+    """`RATE` (48 kHz) → 16 kHz, the ASR's rate: a windowed-sinc low-pass at 8 kHz, then every third sample."""
+    assert RATE == 48_000
+    taps = np.sinc(np.arange(-60, 61) / 3) / 3 * np.hamming(121)
+    return np.convolve(samples.astype(np.float64), taps, mode="same")[::3].astype(np.float32)
+
+
 def espeak(text: str, voice: str = "en-us", speed: int = 165) -> np.ndarray:
     """espeak-ng speech at RATE, trimmed to its voiced part."""
     with tempfile.TemporaryDirectory() as tmp:

@@ -41,6 +41,12 @@ class SetFormatError(ValueError):
     """Raised when an evaluation set file is malformed (the message names the line)."""
 
 
+def first_texts(name: str, n: int) -> list[str]:
+    """The `text` of the first `n` lines of the set `name` in `SETS` (any of its JSON-lines sets)."""
+    with open(SETS / name, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()][:n]
+
+
 def load_set(path: Path) -> list[SetItem]:
     items = []
     for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
