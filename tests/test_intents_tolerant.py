@@ -160,6 +160,14 @@ PARAPHRASES = [
     ("no thank you", "assistant.stop", {}),
     ("a timer for twelve minutes for the rice", "timer.set", {"seconds": 720}),
     ("set a timer for an hour fifteen", "timer.set", {"seconds": 4500}),
+    # a command's verb in -ing, as after "would you mind"
+    ("would you mind switching the bedroom lights on", "lights.on", {"area": "bedroom"}),
+    ("do me a favour and pausing the radio", "media.pause", {}),
+    # a rejection, then what to do about it
+    ("ugh not that one skip", "media.next", {}),
+    ("i hate this track next", "media.next", {}),
+    ("shut the hallway lights out", "lights.off", {"area": "hallway"}),
+    ("forget i said it", "assistant.stop", {}),
 ]
 
 
@@ -234,6 +242,11 @@ NEAR_MISSES = [
     "vol",
     "a timer for the pasta",  # no duration
     "I'd like some music recommendations",
+    "I love turning the lights off",  # a gerund after an aside is what someone likes doing
+    "stopping the timer was a bad idea",
+    "playing the guitar is hard",
+    "not this one",
+    "I hate this song",
 ]
 
 

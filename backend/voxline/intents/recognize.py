@@ -173,7 +173,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     utterance into an aside and a command is tried, the shortest aside first; a split counts when
 
     - the command part is a command (`match`, skip words and all), and it is no longer one with the aside's word
-      beside it ("dont turn | off the lights" cuts "turn off the lights");
+      beside it ("dont turn | off the lights" cuts "turn off the lights"); it opens with no word the language
+      reads as another (`read_as`: "i love | turning off the lights", "stopping | the music was a mistake");
     - the aside has `MIN_ASIDE_WORDS` or more, none of the language's `not_with` words (questions, conditions,
       someone else's words: "how do i | turn off the lights", "when i leave", "she said"), and no word a slot of
       the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
@@ -195,6 +196,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
                 continue
+            if tokens[command[0]] in language.read_as:
+                continue  # "i love | turning off the lights", "stopping | the music was a mistake": statements
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command
             joined = [aside[-1], *command] if first else [*command, aside[0]]
             if match(joined) is not None:
