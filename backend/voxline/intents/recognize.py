@@ -173,8 +173,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     utterance into an aside and a command is tried, the shortest aside first; a split counts when
 
     - the command part is a command (`match`, skip words and all), and it is no longer one with the aside's word
-      beside it ("dont turn | off the lights" cuts "turn off the lights"); it opens with no word the language
-      reads as another (`read_as`: "i love | turning off the lights", "stopping | the music was a mistake");
+      beside it ("dont turn | off the lights" cuts "turn off the lights");
     - the aside has `MIN_ASIDE_WORDS` or more, none of the language's `not_with` words (questions, conditions,
       someone else's words: "how do i | turn off the lights", "when i leave", "she said"), and no word a slot of
       the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
@@ -182,7 +181,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
       by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
       `after_starts` word (a new subject: "im", "we", "because"), or with a subject and its verb
-      (`_subject_clause`: "the phone is ringing"), so it cannot be the rest of the command.
+      (`_subject_clause`: "the phone is ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or
+      more ("stopping | the music was a mistake" is a statement), so it cannot be the rest of the command.
 
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
     commands in one breath), nothing is returned."""
@@ -196,8 +196,6 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
                 continue
-            if tokens[command[0]] in language.read_as:
-                continue  # "i love | turning off the lights", "stopping | the music was a mistake": statements
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command
             joined = [aside[-1], *command] if first else [*command, aside[0]]
             if match(joined) is not None:
@@ -222,7 +220,7 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
                   or any(tuple(words[len(words) - len(p):]) == p for p in asides["not_before"])):
         return False
     if not first and not (any(tuple(words[:len(p)]) == p for p in asides["after_starts"])
-                          or _subject_clause(words, asides)):
+                          or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
         return False
     for position in range(len(words)):
         if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
