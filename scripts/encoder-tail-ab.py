@@ -36,7 +36,7 @@ from voxline.bench.audio import espeak, hibari, to_16k
 from voxline.bench.evalset import first_texts
 from voxline.bench.wer import wer
 from voxline.convert.ct2_reader import read_ct2_model
-from voxline.convert.whisper_onnx import ENCODER_FILE, SAMPLE_RATE, OnnxWhisper, extract_frontend
+from voxline.convert.whisper_onnx import ENCODER_FILE, SAMPLE_RATE, OnnxWhisper, extract_frontend, read_dims
 
 WINDOW_S = 8.0
 """The page's decode window (whisper.js)."""
@@ -55,11 +55,8 @@ class NumpyEncoder:
 
     def __init__(self, ct2_dir: Path):
         self.model = read_ct2_model(ct2_dir / "model.bin")
-        self.layers = sum(1 for name in self.model.variables if name.endswith("self_attention/linear_0/weight")
-                          and name.startswith("encoder/"))
-        self.d = self.w("encoder/layer_norm/gamma").shape[0]
-        self.heads = int(self.model.scalar("encoder/num_heads")) if "encoder/num_heads" in self.model else 6
-        self.head_dim = self.d // self.heads
+        self.dims = read_dims(self.model)
+        self.d = self.dims.d_model
 
     def w(self, name: str) -> np.ndarray:
         return np.asarray(self.model[name], dtype=np.float32)
@@ -74,7 +71,7 @@ class NumpyEncoder:
         return (x - mean) / np.sqrt(var + 1e-5) * self.w(f"{scope}/gamma") + self.w(f"{scope}/beta")
 
     def split(self, x: np.ndarray) -> np.ndarray:
-        return x.reshape(x.shape[0], self.heads, self.head_dim).transpose(1, 0, 2)
+        return x.reshape(x.shape[0], self.dims.heads, self.dims.head_dim).transpose(1, 0, 2)
 
     @staticmethod
     def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
@@ -96,10 +93,10 @@ class NumpyEncoder:
         if head is not None:
             x = x[:head]
         kvs = []
-        for layer in range(self.layers):
+        for layer in range(self.dims.encoder_layers):
             scope = f"encoder/layer_{layer}/self_attention"
             h = self.layer_norm(x, f"{scope}/layer_norm")
-            q = self.split(self.linear(h, f"{scope}/linear_0", slice(0, self.d))) / math.sqrt(self.head_dim)
+            q = self.split(self.linear(h, f"{scope}/linear_0", slice(0, self.d))) / math.sqrt(self.dims.head_dim)
             k = self.split(self.linear(h, f"{scope}/linear_0", slice(self.d, 2 * self.d)))
             v = self.split(self.linear(h, f"{scope}/linear_0", slice(2 * self.d, 3 * self.d)))
             if tail is not None:
@@ -122,8 +119,7 @@ class NumpyEncoder:
     def cross_kv(self, memory: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Stacked [decoder layers, 1, heads, positions, head_dim] K and V, as the built encoder outputs them."""
         ks, vs = [], []
-        for layer in range(sum(1 for n in self.model.variables if n.endswith("attention/linear_1/weight")
-                               and n.startswith("decoder/") and "self_attention" not in n)):
+        for layer in range(self.dims.decoder_layers):
             scope = f"decoder/layer_{layer}/attention/linear_1"
             ks.append(self.split(self.linear(memory, scope, slice(0, self.d)))[None])
             vs.append(self.split(self.linear(memory, scope, slice(self.d, 2 * self.d)))[None])

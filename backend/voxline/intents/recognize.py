@@ -241,7 +241,7 @@ def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...
     whose "is" the normaliser joined to it before a verb in -ing ("the babys sleeping": English morphology, like
     the only language that gives `after_subjects` today). Without the verb, what follows a command may be the rest
     of it ("play music | the beatles"), so it is no aside."""
-    if not asides["after_subjects"] or (words[0],) not in asides["after_subjects"]:
+    if (words[0],) not in asides["after_subjects"]:
         return False
     window = words[1:1 + SUBJECT_VERB_WINDOW]
     if any((word,) in asides["clause_verbs"] for word in window):
