@@ -8,7 +8,7 @@ import pytest
 
 from voxline.intents import builtin_grammar
 from voxline.intents.validate import intent_problem
-from voxline.bench.evalset import DEFAULT_SET, SetFormatError, load_set
+from voxline.bench.evalset import DEFAULT_SET, SetFormatError, load_set, spoken_items
 
 COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-en.jsonl"), DEFAULT_SET.with_name("dev-commands-c-en.jsonl"),
@@ -74,17 +74,21 @@ def test_slot_values_have_the_grammars_types(items):
     for item in items:
         if item.intent is None:
             continue
-        problem = intent_problem(grammar, "en", item.intent, item.slots)
+        problem = intent_problem(grammar, item.lang, item.intent, item.slots)
         assert problem is None or "needs the slot" in problem, f"{item.text!r}: {problem}"
         query = item.slots.get("query")
         assert query is None or (query == query.lower() and query.strip()), f"{item.text!r}"
 
 
 def test_required_slots_are_given(items):
-    grammar = builtin_grammar().language("en")
+    grammar = builtin_grammar()
     for item in items:
         if item.kind == "command":
-            assert grammar.intents[item.intent].requires <= set(item.slots), item.text
+            assert grammar.language(item.lang).intents[item.intent].requires <= set(item.slots), item.text
+
+
+def test_a_set_is_in_one_language(items):
+    assert len({item.lang for item in items}) == 1
 
 
 @pytest.mark.parametrize("line, complaint", [
@@ -94,6 +98,7 @@ def test_required_slots_are_given(items):
     ('{"text": "hi", "intent": null, "slots": [], "kind": "ood"}', "slots must be an object"),
     ('{"text": "hi", "intent": null, "kind": "ood", "extra": 1}', "expected an object"),
     ('{"text": "hi", "kind": "ood"}', "expected an object"),
+    ('{"text": "hi", "intent": null, "slots": {}, "kind": "ood", "lang": "fr"}', "lang must be one of en, zh"),
     ('not json', "not JSON"),
 ])
 def test_a_malformed_line_is_refused_with_its_line_number(tmp_path, line, complaint):
@@ -102,3 +107,14 @@ def test_a_malformed_line_is_refused_with_its_line_number(tmp_path, line, compla
     with pytest.raises(SetFormatError, match=complaint) as error:
         load_set(path)
     assert f"{path}:2" in str(error.value)
+
+
+def test_speech_benchmarks_refuse_a_set_they_cannot_say(tmp_path):
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"text": "hi", "intent": null, "slots": {}, "kind": "ood"}\n'
+                    '{"text": "你好", "intent": null, "slots": {}, "kind": "ood", "lang": "zh"}\n')
+    items = load_set(path)
+    assert [item.lang for item in items] == ["en", "zh"]
+    with pytest.raises(SetFormatError, match="lines in zh; speech benchmarks hear English only"):
+        spoken_items(items)
+    assert spoken_items(items[:1]) == items[:1]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voxline.bench.evalset import (  # noqa: F401 (the set's format and scoring, re-exported for the benches)
-    DEFAULT_SET, KINDS, QUERY_FILLER_WORDS, SetFormatError, SetItem, limit_items, load_set, slots_match,
+    DEFAULT_SET, KINDS, QUERY_FILLER_WORDS, SetFormatError, SetItem, limit_items, load_set, slots_match, spoken_items,
 )
 from voxline.bench import audio as test_audio
 from voxline.bench.stats import rate, ratio, summary
@@ -386,7 +386,7 @@ def run_set(path: Path, *, voices: list[str], noise_snr_db: float | None, rounds
     if rounds < 1:
         raise ValueError("--rounds must be at least 1")
     started = time.monotonic()
-    items = limit_items(load_set(path), limit)
+    items = limit_items(spoken_items(load_set(path)), limit)
     chosen = SET_CONFIGS if baseline_query is None and not baseline_server else [
         Config("voxline"), Config("baseline", query=baseline_query or "", server=dict(baseline_server or {}))]
     missing = missing_baseline_settings(chosen)

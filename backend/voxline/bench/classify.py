@@ -183,20 +183,20 @@ def without_neighbours(rows: list[dict]) -> dict:
     return _figures([r | {"got": None, "by": "none"} if r.get("reason") == "agreed" else r for r in rows])
 
 
-def _decide(classify, grammar: Grammar, text: str, use_classifier: bool) -> dict:
+def _decide(classify, grammar: Grammar, text: str, use_classifier: bool, lang: str = "en") -> dict:
     started = time.perf_counter()
-    match = recognize(text, grammar)
+    match = recognize(text, grammar, lang)
     if match is not None:
         return {"got": [match.intent, dict(match.slots)], "by": "grammar",
                 "ms": (time.perf_counter() - started) * 1000.0}
     if not use_classifier:
         return {"got": None, "by": "none", "ms": (time.perf_counter() - started) * 1000.0}
-    verdict = classify(text)
+    verdict = classify(text, lang)
     ms = (time.perf_counter() - started) * 1000.0
     got = [verdict.match.intent, dict(verdict.match.slots)] if verdict.match is not None else None
     # What it would have said at any threshold (parsed and grounded), for calibrating `min_command_prob`.
     reading = parse_command(verdict.command, grammar)
-    if reading is not None and not grounded(reading, text, grammar, "en"):
+    if reading is not None and not grounded(reading, text, grammar, lang):
         reading = None
     near = verdict.neighbour
     return {"got": got, "by": "classifier" if got else "none", "ms": ms, "command": verdict.command,
@@ -272,7 +272,7 @@ def run_set(path, grammars: dict[str, Grammar], classifiers: dict[str, dict[str,
     decisions: dict[str, list[dict]] = {name: [] for name in configs}
     for item in items:
         for name, (grammar, classify) in configs.items():
-            decisions[name].append(_decide(classify, grammar, item.text, classify is not None))
+            decisions[name].append(_decide(classify, grammar, item.text, classify is not None, item.lang))
     return {"set": str(path), **{name: set_figures(items, rows) for name, rows in decisions.items()}}
 
 

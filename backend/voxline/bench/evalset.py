@@ -13,12 +13,15 @@ from voxline.bench import SETS
 
 DEFAULT_SET = SETS / "commands-en.jsonl"
 KINDS = ("command", "one-word", "ood")
+LANGUAGES = ("en", "zh")
+"""The built-in skill packs' languages; a line without `lang` is English."""
 
 QUERY_FILLER_WORDS = frozenset(
     "a an the some any me us my our your please now music songs song track tracks tunes by from of little bit "
-    "something".split())
+    "something".split()) | frozenset("的 歌 曲 首 些 点 一 音 乐 吧".split())
 """Words dropped from both sides before free text (`query`) is compared: they carry no content, so the grammar may
-keep them or not. A query left with no word counts as no query ("play some music")."""
+keep them or not. A query left with no word counts as no query ("play some music"). Chinese is normalised one
+character a token, so its fillers are characters ("周杰伦的歌" is "周杰伦")."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class SetItem:
     kind: str
     also_accept: tuple[str, ...] = ()
     """Other intents the same words honestly name ("stop")."""
+    lang: str = "en"
+    """The language the line is in: the grammar's language its text is matched in."""
 
     def accepts(self, intent: str | None) -> bool:
         return intent == self.intent or (intent is not None and intent in self.also_accept)
@@ -57,9 +62,9 @@ def load_set(path: Path) -> list[SetItem]:
         except json.JSONDecodeError as error:
             raise SetFormatError(f"{path}:{number}: not JSON ({error.msg})") from None
         where = f"{path}:{number}"
-        if not isinstance(row, dict) or set(row) - {"text", "intent", "slots", "kind", "also_accept"} \
+        if not isinstance(row, dict) or set(row) - {"text", "intent", "slots", "kind", "also_accept", "lang"} \
                 or not {"text", "intent", "kind"} <= set(row):
-            raise SetFormatError(f"{where}: expected an object with text, intent, slots, kind (and also_accept)")
+            raise SetFormatError(f"{where}: expected an object with text, intent, slots, kind (and also_accept, lang)")
         if not isinstance(row.get("text"), str) or not row["text"].strip():
             raise SetFormatError(f"{where}: text must be a non-empty string")
         if row.get("kind") not in KINDS:
@@ -73,7 +78,20 @@ def load_set(path: Path) -> list[SetItem]:
         also = row.get("also_accept", [])
         if not isinstance(also, list) or not all(isinstance(a, str) for a in also):
             raise SetFormatError(f"{where}: also_accept must be a list of intent names")
-        items.append(SetItem(row["text"], row["intent"], dict(row.get("slots", {})), row["kind"], tuple(also)))
+        lang = row.get("lang", "en")
+        if lang not in LANGUAGES:
+            raise SetFormatError(f"{where}: lang must be one of {', '.join(LANGUAGES)}")
+        items.append(SetItem(row["text"], row["intent"], dict(row.get("slots", {})), row["kind"], tuple(also), lang))
+    return items
+
+
+def spoken_items(items: list[SetItem]) -> list[SetItem]:
+    """`items`, when a speech benchmark can say and hear them all: the browser's recogniser (Whisper tiny.en) and
+    the synthetic voices are English only, so a line in another language is refused, not silently misheard."""
+    other = sorted({item.lang for item in items} - {"en"})
+    if other:
+        raise SetFormatError(f"the set has lines in {', '.join(other)}; speech benchmarks hear English only "
+                             "(use `voxline bench classify --set FILE` for its text)")
     return items
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from voxline.bench import SETS
 from voxline.bench import audio as test_audio
-from voxline.bench.evalset import SetItem, limit_items, load_set, slots_match
+from voxline.bench.evalset import SetItem, limit_items, load_set, slots_match, spoken_items
 from voxline.bench.stats import summary
 
 NODE_SCRIPT = Path(__file__).with_name("node") / "readings.mjs"
@@ -265,7 +265,7 @@ def set_lines(set_path: Path, grammar, limit: int | None = None) -> list[tuple[s
     text set (one utterance a line, `#` comments) none (the grammar labels it). `limit`: that many lines spread over
     the file."""
     if set_path.suffix == ".jsonl":
-        return [(item.text, item) for item in limit_items(load_set(set_path), limit)]
+        return [(item.text, item) for item in limit_items(spoken_items(load_set(set_path)), limit)]
     texts = [line.strip() for line in set_path.read_text().splitlines() if line.strip() and not line.startswith("#")]
     return [(text, None) for text in limit_items(texts, limit)]
 
