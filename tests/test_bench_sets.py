@@ -12,8 +12,10 @@ from voxline.bench.evalset import DEFAULT_SET, SetFormatError, load_set, spoken_
 
 COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-en.jsonl"), DEFAULT_SET.with_name("dev-commands-c-en.jsonl"),
-                DEFAULT_SET.with_name("dev-commands-d-en.jsonl")]
-"""The held-out sets of two authors and the three development sets (see sets/README.md)."""
+                DEFAULT_SET.with_name("dev-commands-d-en.jsonl"), DEFAULT_SET.with_name("commands-zh.jsonl"),
+                DEFAULT_SET.with_name("dev-commands-zh.jsonl")]
+"""The English held-out sets of two authors and its three development sets, and the Chinese held-out and
+development sets (see sets/README.md)."""
 
 DEFAULT_INTENTS = {
     "media.play", "media.pause", "media.resume", "media.stop", "media.next", "media.previous", "media.volume_up",
@@ -21,9 +23,10 @@ DEFAULT_INTENTS = {
     "lights.on", "lights.off", "assistant.stop",
 }  # DESIGN.md's default skill pack
 MIN_COMMANDS, MIN_ONE_WORD, MIN_OOD = 200, 20, 100
-SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50), "dev-commands-d-en.jsonl": (200, 10, 50)}
-"""Sets written to other counts: the third author's has no one-word lines and fewer out-of-domain ones, the
-fourth's fewer of both."""
+SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50), "dev-commands-d-en.jsonl": (200, 10, 50),
+           "commands-zh.jsonl": (200, 10, 100), "dev-commands-zh.jsonl": (200, 10, 80)}
+"""Sets written to other counts: the third English author's has no one-word lines and fewer out-of-domain ones, the
+fourth's fewer of both; the Chinese ones fewer one-word lines."""
 MIN_COMMANDS_PER_INTENT = 8
 
 
