@@ -158,13 +158,18 @@ def test_not_english_durations(text):
         ("一个小时零五分钟", 3900),
         ("一分半", 90),
         ("五分钟三十秒", 330),
+        ("一分半钟", 90),  # the 钟 of 分钟 after its half
+        ("两分半钟", 150),
+        ("一刻钟", 900),  # a quarter of an hour
+        ("三刻钟", 2700),
+        ("一个小时一刻", 4500),
     ],
 )
 def test_chinese_durations(text, seconds):
     assert parse_duration(tokens(text), "zh") == seconds
 
 
-@pytest.mark.parametrize("text", ["十", "分钟", "半", "三十分钟一小时", "十分钟十分钟", "十个"])
+@pytest.mark.parametrize("text", ["十", "分钟", "半", "三十分钟一小时", "十分钟十分钟", "十个", "一刻钟一小时", "一分钟半钟"])
 def test_not_chinese_durations(text):
     assert parse_duration(tokens(text), "zh") is None
 

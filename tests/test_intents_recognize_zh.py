@@ -123,7 +123,8 @@ def test_confirmation(grammar, text, confirmation):
 
 
 @pytest.mark.parametrize(
-    ("text", "prefix"), [("音量调到", True), ("打开厨", True), ("设一个", True), ("暂停", True), ("上一首", False)]
+    ("text", "prefix"), [("音量调到", True), ("打开厨", True), ("设一个", True), ("暂停", True), ("上一首", True),
+                        ("切歌", False), ("报时", False)]
 )
 def test_is_prefix(grammar, text, prefix):
     assert is_prefix(text, grammar, "zh") is prefix

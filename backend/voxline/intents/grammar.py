@@ -73,11 +73,12 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 5
+ENGINE_REVISION = 6
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
-5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`)."""
+5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`).
+6: an utterance's edges are trimmed of skip words and fillers longest first across both."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -145,6 +146,10 @@ class LanguageGrammar:
         """Phrases dropped wherever they stand, longest first; see `recognize` for when."""
         if ("",) in self.fillers:
             raise GrammarError(f"{lang}: a filler normalises to nothing")
+        self.edge_words: tuple[tuple[str, ...], ...] = tuple(
+            sorted(set(self.skip_words) | set(self.fillers), key=lambda p: (-len(p), p)))
+        """Skip words and fillers together, longest first: what is trimmed from an utterance's edges. Longest
+        first across both, so that a filler is not cut short by a skip word it begins with ("那个" by "那")."""
         self.sound_alike: dict[tuple[str, ...], str] = {
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}

@@ -53,6 +53,8 @@ _ZH_NUMBER_CHARS = frozenset(_ZH_DIGITS) | frozenset(_ZH_UNITS) | {_ZH_TEN_THOUS
 _ZH_DURATION_UNITS = (
     (("小", "时"), 3600),
     (("钟", "头"), 3600),
+    (("刻", "钟"), 900),
+    (("刻",), 900),
     (("分", "钟"), 60),
     (("分",), 60),
     (("秒", "钟"), 1),
@@ -294,8 +296,10 @@ def _zh_duration_parts(tokens: list[str], start: int) -> list[tuple[int, float, 
                 continue
             found.append((unit_end, quantity * unit, unit))
             if quantity.is_integer() and unit_end < len(tokens) and tokens[unit_end] == _ZH_HALF:
-                # "一分半": a trailing half of the same unit.
+                # "一分半": a trailing half of the same unit; "一分半钟", "两分半钟": its 钟 after the half.
                 found.append((unit_end + 1, (quantity + 0.5) * unit, unit))
+                if unit_tokens == ("分",) and tokens[unit_end + 1 : unit_end + 2] == ["钟"]:
+                    found.append((unit_end + 2, (quantity + 0.5) * unit, unit))
     return found
 
 

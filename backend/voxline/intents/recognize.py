@@ -329,8 +329,9 @@ def _ahead_changes(walk: _Walk, node: TrieNode, slots: str, meaning: tuple[str, 
 def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]]:
     """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
     edges; then, if different, the whole utterance; then the utterance trimmed less, the more trimmed first (a skip
-    phrase may end the command itself: "set a timer for a minute | please"); then, if different from the first, the
-    first without any filler; last, when what is left is one phrase said over and over, that phrase once."""
+    phrase may end the command itself: "set a timer for a minute | please"), each edge trimmed at every point
+    either edge's trimming passed; then, if different from the first, the first without any filler; last, when
+    what is left is one phrase said over and over, that phrase once."""
     trims = _edge_trims(tokens, language)
     low, high = trims[-1]
     first = list(range(low, high))
@@ -338,6 +339,13 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     if (low, high) != (0, len(tokens)):
         yield list(range(len(tokens)))
     for between in reversed(trims[1:-1]):
+        yield list(range(*between))
+    # Each edge trimmed as far as any trim above took it, the other edge less: the trims go one phrase at a time,
+    # whichever edge comes first, so "先 | 把音乐停 | 一下" is trimmed "一下" first and "把音乐停一下" (a command
+    # with its "一下") would be left untried.
+    tried = set(trims)
+    for between in sorted({(lo, hi) for lo, _ in trims for _, hi in trims if lo < hi} - tried,
+                          key=lambda edges: (edges[1] - edges[0], edges)):
         yield list(range(*between))
     unfilled = _without_fillers(tokens, first, language.fillers)
     if unfilled and len(unfilled) != len(first):
@@ -357,7 +365,7 @@ def _edge_trims(tokens: list[str], language: LanguageGrammar) -> list[tuple[int,
     """[low, high) of the utterance, then after each skip phrase (or filler) trimmed from an edge, one at a time:
     the last is `_within_edge_words`."""
     trims = [(0, len(tokens))]
-    edge_words = language.skip_words + language.fillers
+    edge_words = language.edge_words
     trimmed = True
     while trimmed:
         trimmed = False
