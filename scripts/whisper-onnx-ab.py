@@ -7,12 +7,17 @@ and commands from backend/voxline/bench/sets, spoken by hibari and espeak-ng (en
     git worktree add /tmp/base <commit> && VOXLINE_CACHE=/tmp/basecache PYTHONPATH=/tmp/base/backend \\
         .venv/bin/python -m voxline.cli models fetch whisper-tiny-en-onnx
     .venv/bin/python scripts/whisper-onnx-ab.py --baseline /tmp/basecache/models/whisper-tiny-en-onnx
+
+Or one build, its cached silent tail (whisper.js, "The encoder's silent tail") beside the whole window:
+
+    .venv/bin/python scripts/whisper-onnx-ab.py --tail
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +25,7 @@ import numpy as np
 from voxline import paths
 from voxline.bench.audio import espeak, hibari, to_16k
 from voxline.bench.evalset import first_texts
+from voxline.bench.stats import summary
 from voxline.bench.wer import wer
 from voxline.convert.whisper_onnx import OnnxWhisper
 
@@ -34,24 +40,33 @@ def texts(questions: int, commands: int) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--baseline", type=Path, required=True, help="folder of the other build")
+    parser.add_argument("--baseline", type=Path, help="folder of the other build (default: this one, whole window)")
+    parser.add_argument("--tail", action="store_true", help="the model side reads its window's silent tail cached")
     parser.add_argument("--model", type=Path, default=paths.model_dir("whisper-tiny-en-onnx"))
     parser.add_argument("--questions", type=int, default=40)
     parser.add_argument("--commands", type=int, default=60)
     args = parser.parse_args()
-    builds = {"baseline": OnnxWhisper(args.baseline), "model": OnnxWhisper(args.model)}
+    model = OnnxWhisper(args.model, threads=1)
+    builds = {"baseline": OnnxWhisper(args.baseline, threads=1) if args.baseline else model, "model": model}
+    tails = {"baseline": None, "model": model.tail_cache(WINDOW_S) if args.tail else None}
     voices = {"hibari": lambda t: hibari(t, seed=1), "espeak-gb": lambda t: espeak(t, voice="en-gb")}
-    refs, hyps, same = [], {k: [] for k in builds}, 0
+    refs, hyps, same, encode_ms = [], {k: [] for k in builds}, 0, {k: [] for k in builds}
     for voice in voices.values():
         for text in texts(args.questions, args.commands):
             clip = to_16k(voice(text))
-            heard = {k: m.transcribe(clip, WINDOW_S)[0] for k, m in builds.items()}
+            heard = {}
+            for k, m in builds.items():  # alternating, clip by clip
+                started = time.perf_counter()
+                cross = m.encode(clip, WINDOW_S, tail=tails[k])
+                encode_ms[k].append(1000 * (time.perf_counter() - started))
+                heard[k] = m.decode(m.generate(*cross)[0])
             refs.append(text)
             for k, h in heard.items():
                 hyps[k].append(h)
             same += heard["baseline"] == heard["model"]
     print(json.dumps({"clips": len(refs), "voices": list(voices), "identical_transcripts": same,
-                      "wer_percent": {k: round(100 * wer(refs, h), 2) for k, h in hyps.items()}}, indent=2))
+                      "tail": args.tail, "wer_percent": {k: round(100 * wer(refs, h), 2) for k, h in hyps.items()},
+                      "encode_ms": {k: summary(v) for k, v in encode_ms.items()}}, indent=2))
     return 0
 
 

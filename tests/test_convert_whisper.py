@@ -183,8 +183,13 @@ def test_graph_signatures(onnx_dir):
 
     assert signature(whisper_onnx.ENCODER_FILE) == {
         "samples": [1, "n_samples"],
+        "gain_normalise": [1],
+        "level_offset": [1],
+        **{name: [4, 1, 6, "tail_frames", 64] for name in whisper_onnx.ENCODER_TAIL_INPUTS},
         "cross_k": [4, 1, 6, "frames", 64],
         "cross_v": [4, 1, 6, "frames", 64],
+        "self_k": [4, 1, 6, "head_frames", 64],
+        "self_v": [4, 1, 6, "head_frames", 64],
     }
     dec = signature(whisper_onnx.DECODER_FILE)
     assert dec["tokens"] == [1, "tokens"] and dec["logits"] == ["positions", 51864] and dec["logits_from"] == [1]
@@ -259,8 +264,9 @@ def test_front_end_matches_faster_whisper(onnx_dir, clips):
     extractor = FeatureExtractor()
     noise = np.random.default_rng(0).normal(0, 0.1, 54_321).astype(np.float32)  # not a multiple of the hop
     inputs = [_pad(clips[PHRASES[0]], 30.0), _pad(clips[PHRASES[-1]], 8.0), noise]
+    zero = np.zeros([1], np.float32)
     for samples in inputs:
-        (got,) = session.run(None, {"samples": samples[None]})
+        (got,) = session.run(None, {"samples": samples[None], "gain_normalise": zero, "level_offset": zero})
         # faster-whisper keeps the first N // 160 frames when it trims a window's features for the encoder.
         want = extractor(samples)[:, : samples.size // whisper_onnx.HOP_LENGTH]
         assert got.shape == (1, *want.shape)
@@ -441,3 +447,63 @@ def test_short_window_transcribes_commands(onnx_model, clips):
 def test_rejects_audio_longer_than_the_window(onnx_model):
     with pytest.raises(ValueError, match="does not fit"):
         onnx_model.transcribe(np.zeros(9 * SR, dtype=np.float32), window_s=8.0)
+
+
+# --- the encoder's silent tail ------------------------------------------------------------------------------------
+
+
+def test_gain_normalised_front_end_is_the_same_features_shifted(onnx_dir, clips):
+    """Gain normalisation reads the audio as if scaled so that its loudest frame is ENCODER_PEAK: the same log-mel,
+    shifted, and the floor at ENCODER_PEAK - 8 whatever the gain; `level_offset` FLOOR_ONLY makes any window its
+    floor (the tail cache's run)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(whisper_onnx.extract_frontend(onnx_dir / whisper_onnx.ENCODER_FILE)
+                                   .SerializeToString())
+    zero, one = np.zeros([1], np.float32), np.ones([1], np.float32)
+    samples = _pad(clips[PHRASES[-1]], 8.0)[None]
+
+    def features(audio, gain, offset=zero):
+        return session.run(None, {"samples": audio, "gain_normalise": gain, "level_offset": offset})[0]
+
+    plain, normalised = features(samples, zero), features(samples, one)
+    floor = (whisper_onnx.ENCODER_PEAK - 8.0 + 4.0) / 4.0
+    assert np.isclose(normalised.max(), (whisper_onnx.ENCODER_PEAK + 4.0) / 4.0, atol=1e-5)
+    assert np.isclose(normalised.min(), floor, atol=1e-5)
+    assert np.allclose(normalised - normalised.max(), plain - plain.max(), atol=1e-4)
+    assert np.allclose(features(samples * 0.1, one), normalised, atol=2e-3)  # 20 dB quieter: the same features
+    assert np.allclose(features(samples, one, np.full([1], whisper_onnx.FLOOR_ONLY, np.float32)), floor)
+
+
+def test_a_head_whose_window_is_all_head_is_the_whole_window(onnx_model, clips):
+    """The cached tail is read only from the head's length on: a head as long as the window reads none of it and
+    is the gain-normalised encoder over the whole window."""
+    tail = onnx_model.tail_cache(8.0)
+    assert tail["tail_k"].shape == (4, 1, 6, 400, 64) and tail["tail_cross_k"].shape == (4, 1, 6, 400, 64)
+    audio = clips[PHRASES[-1]]
+    whole = onnx_model.encode(audio, 8.0, tail=tail, margin_positions=400)
+    dims = onnx_model.table["dims"]
+    feeds = whisper_onnx.plain_encoder_feeds(_pad(audio, 8.0)[None], 4, 4, dims["heads"], dims["head_dim"])
+    feeds["gain_normalise"] = np.ones([1], np.float32)
+    want = onnx_model.encoder.run(["cross_k", "cross_v"], feeds)
+    for got, expected in zip(whole, want):
+        assert got.shape == expected.shape == (4, 1, 6, 400, 64)
+        assert np.array_equal(got, expected)
+
+
+def test_commands_survive_the_cached_tail(onnx_model, clips):
+    """With the head computed and the tail cached, commands in the 8 s window keep their words, as in the whole
+    window (`test_short_window_transcribes_commands`; the same allowance of one near tie)."""
+    tail = onnx_model.tail_cache(8.0)
+
+    def words(s: str) -> list[str]:
+        return "".join(c for c in s.lower() if c.isalnum() or c == " ").split()
+
+    parted = []
+    for text in ("pause the music", "turn the volume down", "open the front door"):
+        cross_k, cross_v = onnx_model.encode(clips[text], window_s=8.0, tail=tail)
+        assert cross_k.shape[3] == 400  # the decoder still attends to the whole window
+        said = onnx_model.decode(_as_the_page_stops(onnx_model.generate(cross_k, cross_v)[0]))
+        if words(said) != text.split():
+            parted.append((text, said))
+    assert len(parted) <= 1, f"commands that lost their words with the cached tail: {parted}"

@@ -95,6 +95,14 @@ export const DEFAULTS = Object.freeze({
    * utterance (a partial) proposes what comes next, and one run checks them all, for barely more than one token's
    * cost; 0: one token per run (the design before, for side-by-side benchmarks). */
   draftTokens: 6,
+  /** Compute only the speech part of the smallest window in the encoder (its *head*, the audio and
+   * `encoderTailMarginSecs` more) and read the silent rest from a cache made once per page (whisper.js, "The
+   * encoder's silent tail"); false: the whole window every time (the design before, for side-by-side benchmarks). */
+  encoderTail: true,
+  /** Audio after the speech that the head still computes: the positions just after speech attend to it most.
+   * Less lost commands on synthetic voices, 0.5 s most (`voxline bench readings`, configurations `tail-margin-*`;
+   * README, "The encoder's silent tail"). */
+  encoderTailMarginSecs: 2.0,
 
   // Local intents (zero round trips).
   /** Transcript confidence below which a local match is not trusted and the turn goes to the server. It is also the

@@ -448,6 +448,8 @@ export class Voxline {
       start_t: (turn.final.addition ? turn.continuedVoicedAt : turn.voicedAt) / rate, end_t: turn.end / rate,
       timings: { encode_ms: result.encodeMs, decode_ms: result.decodeMs, command_ms: result.command?.ms,
         total_ms: result.totalMs, queued_ms: result.queuedMs, window_s: result.windowSecs, guard: result.guard,
+        // the audio the encoder computed (the rest of the window came from the cached silent tail)
+        encoded_s: result.encodedSecs,
         // the free decode's decoder runs, and the tokens of them a partial drafted and the decoder kept
         decoder_runs: result.runs, drafts_kept: result.kept,
         // on the capture clock: when the page asked for this decode (the pause, or the end of the turn) and when

@@ -42,6 +42,14 @@
 // without drafts, except where int8 activations, quantised with one scale over a run's rows, move a near tie (case
 // or punctuation, in what was measured). Guessing drafts from the grammar's likeliest next words was tried: it
 // saved a run in six on commands but no time in the page, and is not done.
+//
+// The encoder's silent tail (`encoderTail`): an utterance is padded with silence to the smallest window (8 s, 400
+// positions), and a command fills a quarter of it, but the encoder's time goes to every position. With the audio
+// gain-normalised in the graph (its loudest log-mel frame at one level, so every window's silence has the same
+// log-mel value), the positions after the speech are nearly the same in every window: a run over a window of
+// nothing but that floor, made once, gives every layer's K and V of them and the decoder's cross K/V. Each decode
+// then runs the encoder on the *head* alone (the audio and `encoderTailMarginSecs` more), whose queries attend to
+// its own keys and to the cached tail's, and the decoder attends to both. Longer windows run whole.
 import { foldToken } from './grammar-decode.js';
 
 export const REPEAT_NGRAM = 3;
@@ -49,6 +57,10 @@ export const REPEAT_NGRAM = 3;
 export const TOP_CANDIDATES = 16;
 /** Length of the command prompt (tokens of earlier text): each costs a little of the first decoder step. */
 export const DEFAULT_PROMPT_TOKENS = 64;
+/** Samples per encoder position (two log-mel frames of 160; the second convolution halves the rate). */
+const SAMPLES_PER_POSITION = 320;
+/** `level_offset` that turns a window into its floor alone (the tail cache's run; `voxline.convert.whisper_onnx`). */
+const FLOOR_ONLY = -1e4;
 const HAS_WORD = /[\p{L}\p{N}]/u;
 const WORD_BREAK = /[^\p{L}\p{N}%']+/u;
 
@@ -213,6 +225,8 @@ export class Whisper {
     this.folds = new Map();
     /** A decoder built before `logits_from` gives the last position's logits alone: it cannot check drafts. */
     this.draftable = !decoder.inputNames || decoder.inputNames.includes('logits_from');
+    /** An encoder built before the silent tail's cache takes `samples` alone. */
+    this.tailable = !encoder.inputNames || encoder.inputNames.includes('tail_k');
   }
 
   /**
@@ -263,6 +277,59 @@ export class Whisper {
     return folded;
   }
 
+  /**
+   * The decoder's cross-attention K/V of `audio` in a window of `windowLength` samples: the whole window through the
+   * encoder, or, for the smallest window with `encoderTail`, only its head (see "The encoder's silent tail").
+   * `headSamples`: how many samples went through the encoder.
+   */
+  async #encode(audio, windowLength, settings) {
+    const rate = this.dims.sample_rate;
+    const tailed = settings.encoderTail && windowLength === settings.minWindowSecs * rate && this.tailable;
+    const tail = tailed ? await this.#tailCache(windowLength) : null;
+    const length = tail
+      ? Math.min(windowLength,
+        (Math.ceil(audio.length / SAMPLES_PER_POSITION) + Math.round(settings.encoderTailMarginSecs * rate
+          / SAMPLES_PER_POSITION)) * SAMPLES_PER_POSITION)
+      : windowLength;
+    const samples = new Float32Array(length);
+    samples.set(audio.subarray(Math.max(0, audio.length - length)));
+    const { cross_k, cross_v } = await this.encoder.run({
+      ...(tail ?? (this.tailable ? this.#plainFeeds() : {})),
+      samples: new this.ort.Tensor('float32', samples, [1, length]),
+    }, ['cross_k', 'cross_v']);
+    return { cross_k, cross_v, headSamples: length };
+  }
+
+  /** The encoder's inputs besides `samples` for Whisper's own encoder: no gain normalisation, no cached tail. */
+  #plainFeeds() {
+    if (!this.plainFeeds) {
+      const { ort, dims } = this;
+      const empty = (layers) => new ort.Tensor('float32', new Float32Array(0), [layers, 1, dims.heads, 0, dims.head_dim]);
+      this.plainFeeds = { gain_normalise: new ort.Tensor('float32', Float32Array.of(0), [1]),
+        level_offset: new ort.Tensor('float32', Float32Array.of(0), [1]),
+        tail_k: empty(dims.encoder_layers), tail_v: empty(dims.encoder_layers),
+        tail_cross_k: empty(dims.layers), tail_cross_v: empty(dims.layers) };
+    }
+    return this.plainFeeds;
+  }
+
+  /** The cached tail of a window of `windowLength` samples, and the inputs that read it (made on first use). */
+  async #tailCache(windowLength) {
+    if (this.tail?.windowLength !== windowLength) {
+      const { ort } = this;
+      const out = await this.encoder.run({
+        ...this.#plainFeeds(),
+        samples: new ort.Tensor('float32', new Float32Array(windowLength), [1, windowLength]),
+        gain_normalise: new ort.Tensor('float32', Float32Array.of(1), [1]),
+        level_offset: new ort.Tensor('float32', Float32Array.of(FLOOR_ONLY), [1]),
+      }, ['cross_k', 'cross_v', 'self_k', 'self_v']);
+      this.tail = { windowLength, feeds: { tail_k: out.self_k, tail_v: out.self_v, tail_cross_k: out.cross_k,
+        tail_cross_v: out.cross_v, gain_normalise: new ort.Tensor('float32', Float32Array.of(1), [1]),
+        level_offset: new ort.Tensor('float32', Float32Array.of(0), [1]) } };
+    }
+    return this.tail.feeds;
+  }
+
   /** Samples in the encoder window for `speechSamples` of audio. */
   windowSamples(speechSamples, settings) {
     const rate = this.dims.sample_rate;
@@ -285,18 +352,15 @@ export class Whisper {
   async transcribe(audio, settings, cancelled = () => false, final = true, hint = null) {
     const isFinal = typeof final === 'function' ? final : () => final;
     const t0 = performance.now();
-    const window = new Float32Array(this.windowSamples(audio.length, settings));
-    window.set(audio.subarray(Math.max(0, audio.length - window.length)));
-    const { cross_k, cross_v } = await this.encoder.run({
-      samples: new this.ort.Tensor('float32', window, [1, window.length]),
-    });
+    const windowLength = this.windowSamples(audio.length, settings);
+    const { cross_k, cross_v, headSamples } = await this.#encode(audio, windowLength, settings);
     const encodeMs = performance.now() - t0;
     const budget = Math.min(
       this.dims.max_new_tokens,
       Math.ceil((settings.tokensPerSec * audio.length) / this.dims.sample_rate) + settings.tokenSlack,
     );
     const timing = () => ({ encodeMs, decodeMs: performance.now() - t0 - encodeMs, totalMs: performance.now() - t0,
-      windowSecs: window.length / this.dims.sample_rate });
+      windowSecs: windowLength / this.dims.sample_rate, encodedSecs: headSamples / this.dims.sample_rate });
     const grammar = settings.grammarDecode && this.graph;
     if (!grammar) {
       const { states, logprobs, eotLogprob, ...result } = await this.#decode(cross_k, cross_v, this.table.prompt, budget,

@@ -12,7 +12,9 @@ README), `confidence-before` (the command confidence as fitted before its `agree
 `confidence-before-support` (as fitted before its `support` feature existed: no forced decode), `one-token-runs`
 (no drafted tokens, ``draftTokens`` 0: one decoder run per token; alike unless a partial came first),
 `partial-drafts` (a partial decode of the clip's first 70 % first, whose tokens draft the final decode, as in the
-page; not a page setting). For each, the
+page; not a page setting), `whole-window` (every position of the window through the encoder, ``encoderTail`` off:
+the design before the cached silent tail), `tail-margin-0.5` and `tail-margin-1` (the head computes 0.5 s or 1 s
+after the audio instead of 2 s, ``encoderTailMarginSecs``). For each, the
 device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
 the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
 the server (no answer here).
@@ -66,7 +68,9 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
                "bias": 2.72, "spelled": 0.75, "margin": 0.65, "freeConfidence": 0.06, "wordRatio": 2.42,
                "agreement": 1.14}},
            "one-token-runs": {"draftTokens": 0},
-           "partial-drafts": {"partialFirst": 0.7}}
+           "partial-drafts": {"partialFirst": 0.7},
+           "whole-window": {"encoderTail": False},
+           "tail-margin-0.5": {"encoderTailMarginSecs": 0.5}, "tail-margin-1": {"encoderTailMarginSecs": 1.0}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.75

@@ -368,8 +368,15 @@ def _ffn(g: GraphBuilder, x: str, model: CT2Model, scope: str) -> str:
 FRONTEND_OUTPUT = "log_mel"
 
 
-def _log_mel(g: GraphBuilder, samples: str, n_mels: int) -> str:
-    """samples [1, N] -> log-mel [1, n_mels, N // 160], the exact recipe of faster-whisper's FeatureExtractor."""
+def _log_mel(g: GraphBuilder, samples: str, n_mels: int, gain_normalise: str | None = None,
+             level_offset: str | None = None) -> str:
+    """samples [1, N] -> log-mel [1, n_mels, N // 160], the exact recipe of faster-whisper's FeatureExtractor.
+
+    With `gain_normalise` (a [1] input, 0 or 1) the log-mel is shifted by gain_normalise * (ENCODER_PEAK - its
+    loudest frame) and then by `level_offset`, before the floor: at 1 the audio is read as if scaled so that its
+    loudest frame is `ENCODER_PEAK`, whatever its gain, and every window's silent frames sit at the same floor
+    (`ENCODER_PEAK - 8`), which is what lets one cached tail serve every utterance (`encoder_graph`). At 0 (and an
+    offset of 0) every value is the recipe's, bit for bit (x + 0 is x)."""
     n_freq = N_FFT // 2 + 1
     x = g.op("Pad", [samples, g.const([0, 0, 0, HOP_LENGTH])], name="frontend/pad_zeros")
     x = g.op("Pad", [x, g.const([0, N_FFT // 2, 0, N_FFT // 2])], mode="reflect", name="frontend/pad_reflect")
@@ -384,8 +391,14 @@ def _log_mel(g: GraphBuilder, samples: str, n_mels: int) -> str:
     mel = g.op("MatMul", [g.weight("frontend/mel_filters", mel_filters(n_mels)), power], name="frontend/mel")
     log = g.op("Log", [g.op("Max", [mel, g.const(1e-10, np.float32)], name="frontend/clamp")], name="frontend/log")
     log10 = g.op("Mul", [log, g.const(1.0 / math.log(10.0), np.float32)], name="frontend/log10")
-    floor = g.op("Sub", [g.op("ReduceMax", [log10], keepdims=1, name="frontend/max"), g.const(8.0, np.float32)],
-                 name="frontend/floor")
+    top = g.op("ReduceMax", [log10], keepdims=1, name="frontend/max")
+    if gain_normalise is not None:
+        shift = g.op("Mul", [gain_normalise, g.op("Sub", [g.const(ENCODER_PEAK, np.float32), top])],
+                     name="frontend/gain_shift")
+        top = g.op("Add", [top, shift], name="frontend/normalised_max")
+        log10 = g.op("Add", [g.op("Add", [log10, shift], name="frontend/gain"), level_offset],
+                     name="frontend/level_offset")
+    floor = g.op("Sub", [top, g.const(8.0, np.float32)], name="frontend/floor")
     norm = g.op("Max", [log10, floor], name="frontend/floored")
     norm = g.op("Mul", [g.op("Add", [norm, g.const(4.0, np.float32)], name="frontend/shift"),
                         g.const(0.25, np.float32)], name="frontend/scale")
@@ -410,15 +423,22 @@ def _encoder_stem(g: GraphBuilder, mel: str, model: CT2Model) -> str:
     return g.op("Add", [x, pos])
 
 
-def _encoder_layer(g: GraphBuilder, x: str, model: CT2Model, scope: str, dims: WhisperDims) -> str:
+def _encoder_layer(g: GraphBuilder, x: str, model: CT2Model, scope: str, dims: WhisperDims,
+                   tail: tuple[str, str]) -> tuple[str, str, str]:
+    """One layer over the window's first positions `x`, whose queries attend to their own keys and values and then
+    to `tail`'s (this layer's K and V of the positions after them, [1, heads, positions, head_dim]; none when the
+    window is all in `x`). Returns the layer's output and its own K and V."""
     h = _layer_norm(g, x, model, f"{scope}/self_attention/layer_norm")
     q, k, v = _self_attention_qkv(g, h, model, f"{scope}/self_attention", dims)
-    ctx = _merge_heads(g, _attend(g, q, k, v, f"{scope}/self_attention"), dims)
+    keys = g.op("Concat", [k, tail[0]], axis=2, name=f"{scope}/self_attention/keys")
+    values = g.op("Concat", [v, tail[1]], axis=2, name=f"{scope}/self_attention/values")
+    ctx = _merge_heads(g, _attend(g, q, keys, values, f"{scope}/self_attention"), dims)
     x = g.op("Add", [x, _linear(g, ctx, model, f"{scope}/self_attention/linear_1")])
-    return _ffn(g, x, model, f"{scope}/ffn")
+    return _ffn(g, x, model, f"{scope}/ffn"), k, v
 
 
-def _cross_kv(g: GraphBuilder, memory: str, model: CT2Model, dims: WhisperDims) -> tuple[str, str]:
+def _cross_kv(g: GraphBuilder, memory: str, model: CT2Model, dims: WhisperDims, names=("cross_k", "cross_v")
+              ) -> tuple[str, str]:
     """Every decoder layer's cross-attention K and V of the encoder output, stacked on a new leading axis."""
     d = dims.d_model
     ks, vs = [], []
@@ -427,22 +447,70 @@ def _cross_kv(g: GraphBuilder, memory: str, model: CT2Model, dims: WhisperDims) 
         for tag, rows, out in (("k", slice(0, d), ks), ("v", slice(d, 2 * d), vs)):
             heads = _split_heads(g, _linear(g, memory, model, scope, rows, tag=tag), dims)
             out.append(g.op("Unsqueeze", [heads, g.const([0])]))
-    return g.op("Concat", ks, axis=0, name="cross_k"), g.op("Concat", vs, axis=0, name="cross_v")
+    return g.op("Concat", ks, axis=0, name=names[0]), g.op("Concat", vs, axis=0, name=names[1])
+
+
+ENCODER_PEAK = 1.0
+"""The loudest log-mel frame (log10 power) of gain-normalised audio (`_log_mel`): a level speech reaches anyway
+(measured by scripts/encoder-tail-ab.py, whose `--peak` it is)."""
+ENCODER_TAIL_INPUTS = ("tail_k", "tail_v", "tail_cross_k", "tail_cross_v")
+FLOOR_ONLY = -1e4
+"""`level_offset` that turns any window into its floor (the tail cache's run)."""
+SAMPLES_PER_POSITION = 2 * HOP_LENGTH
+"""Samples per encoder position (two log-mel frames; the second convolution halves the rate)."""
+TAIL_MARGIN_POSITIONS = 100
+"""Positions after the audio that a head computes (2 s, the page's `encoderTailMarginSecs`): the positions just after
+speech attend to it most."""
 
 
 def encoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
-    """The float32 encoder: raw samples in, stacked cross-attention K/V out."""
+    """The float32 encoder: raw samples in, stacked cross-attention K/V out.
+
+    Fed `samples` with `plain_encoder_feeds` it is Whisper's encoder over that window. Its other inputs let a
+    window whose end is silence be computed only as far as the speech goes (the *head*): the
+    positions after it (the *tail*) are read from a cache. With `gain_normalise` 1 (`_log_mel`) every window's
+    silent frames have the same log-mel value, so one run over a window of nothing but that floor (`level_offset`
+    -1e4 turns any samples into it) gives every layer's K and V of every tail position (outputs `self_k`,
+    `self_v`) and the decoder's cross K/V of them (`cross_k`, `cross_v`); fed back as `tail_k`, `tail_v`,
+    `tail_cross_k`, `tail_cross_v` with a head's samples, the positions from the head's length on are taken from
+    them: the head's queries attend to its own keys and to the tail's, and the decoder attends to both. What the
+    tail's own positions would have attended to in the head is what this leaves out (the head's speech does not
+    reach them); scripts/encoder-tail-ab.py measured what that costs in WER."""
     g = GraphBuilder()
-    x = _encoder_stem(g, _log_mel(g, "samples", dims.n_mels), model)
+    tails = {name: name for name in ENCODER_TAIL_INPUTS}
+    x = _encoder_stem(g, _log_mel(g, "samples", dims.n_mels, "gain_normalise", "level_offset"), model)
+    # the tail's positions: from the head's length to the end of the cached window
+    head = g.op("Shape", [x], start=1, end=2, name="encoder/head_positions")
+    after_head = {name: g.op("Slice", [tails[name], head, g.const([2**62]), g.const([3])], name=f"encoder/{name}")
+                  for name in ENCODER_TAIL_INPUTS}
+    own_k, own_v = [], []
     for layer in range(dims.encoder_layers):
-        x = _encoder_layer(g, x, model, f"encoder/layer_{layer}", dims)
+        tail = tuple(g.op("Gather", [after_head[name], g.const(layer)], axis=0, name=f"encoder/layer_{layer}/{name}")
+                     for name in ("tail_k", "tail_v"))
+        x, k, v = _encoder_layer(g, x, model, f"encoder/layer_{layer}", dims, tail)
+        own_k.append(g.op("Unsqueeze", [k, g.const([0])]))
+        own_v.append(g.op("Unsqueeze", [v, g.const([0])]))
+    g.op("Concat", own_k, axis=0, name="self_k")
+    g.op("Concat", own_v, axis=0, name="self_v")
     memory = _layer_norm(g, x, model, "encoder/layer_norm")
-    _cross_kv(g, memory, model, dims)
+    head_k, head_v = _cross_kv(g, memory, model, dims, names=("head_cross_k", "head_cross_v"))
+    g.op("Concat", [head_k, after_head["tail_cross_k"]], axis=3, name="cross_k")
+    g.op("Concat", [head_v, after_head["tail_cross_v"]], axis=3, name="cross_v")
     kv_shape = [dims.decoder_layers, 1, dims.heads, "frames", dims.head_dim]
+    self_shape = [dims.encoder_layers, 1, dims.heads, "head_frames", dims.head_dim]
+    tail_shape = [dims.encoder_layers, 1, dims.heads, "tail_frames", dims.head_dim]
+    tail_cross_shape = [dims.decoder_layers, 1, dims.heads, "tail_frames", dims.head_dim]
     return g.model(
-        [helper.make_tensor_value_info("samples", TensorProto.FLOAT, [1, "n_samples"])],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, kv_shape) for n in ("cross_k", "cross_v")],
-        "Whisper encoder with log-mel front end: 16 kHz samples [1, N<=480000] -> cross-attention K/V per layer",
+        [helper.make_tensor_value_info("samples", TensorProto.FLOAT, [1, "n_samples"]),
+         helper.make_tensor_value_info("gain_normalise", TensorProto.FLOAT, [1]),
+         helper.make_tensor_value_info("level_offset", TensorProto.FLOAT, [1]),
+         *(helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                         tail_shape if name in ("tail_k", "tail_v") else tail_cross_shape)
+           for name in ENCODER_TAIL_INPUTS)],
+        [*(helper.make_tensor_value_info(n, TensorProto.FLOAT, kv_shape) for n in ("cross_k", "cross_v")),
+         *(helper.make_tensor_value_info(n, TensorProto.FLOAT, self_shape) for n in ("self_k", "self_v"))],
+        "Whisper encoder with log-mel front end: 16 kHz samples [1, N<=480000] -> cross-attention K/V per layer "
+        "(and, for a window's silent tail, a cache of it: see voxline.convert.whisper_onnx.encoder_graph)",
     )
 
 
@@ -626,9 +694,21 @@ def build(src_dir: Path, out_dir: Path, log: Log = print) -> list[Path]:
 
 
 def extract_frontend(encoder_path: Path) -> onnx.ModelProto:
-    """The `samples -> log_mel` part of a built encoder, as a model of its own (to check it against numpy)."""
+    """The `samples, gain_normalise, level_offset -> log_mel` part of a built encoder, as a model of its own (to
+    check it against numpy)."""
     model = onnx.load(str(encoder_path))
-    return onnx.utils.Extractor(model).extract_model(["samples"], [FRONTEND_OUTPUT])
+    return onnx.utils.Extractor(model).extract_model(["samples", "gain_normalise", "level_offset"],
+                                                     [FRONTEND_OUTPUT])
+
+
+def plain_encoder_feeds(samples: np.ndarray, encoder_layers: int, decoder_layers: int, heads: int, head_dim: int
+                        ) -> dict[str, np.ndarray]:
+    """The encoder's inputs for Whisper's own encoder over the window `samples` [1, N]: no gain normalisation, no
+    cached tail (`encoder_graph`)."""
+    return {"samples": samples, "gain_normalise": np.zeros([1], np.float32),
+            "level_offset": np.zeros([1], np.float32),
+            **{name: np.zeros([encoder_layers if name in ("tail_k", "tail_v") else decoder_layers, 1, heads, 0,
+                               head_dim], np.float32) for name in ENCODER_TAIL_INPUTS}}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -672,17 +752,39 @@ class OnnxWhisper:
         self._suppress_begin = self._suppress.copy()
         self._suppress_begin[self.table["suppress_ids_begin"]] = True
 
-    def encode(self, samples: np.ndarray, window_s: float = 30.0) -> tuple[np.ndarray, np.ndarray]:
-        """Zero-pad `samples` to the window and run the encoder; returns (cross_k, cross_v)."""
+    def encode(self, samples: np.ndarray, window_s: float = 30.0, tail: dict[str, np.ndarray] | None = None,
+               margin_positions: int = TAIL_MARGIN_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
+        """Zero-pad `samples` to the window and run the encoder; returns (cross_k, cross_v). With `tail` (from
+        `tail_cache` of the same window) only the audio and `margin_positions` more go through the encoder, the
+        rest of the window is read from the cache, and the audio is gain-normalised (`encoder_graph`)."""
         window = int(round(window_s * SAMPLE_RATE))
         if not 0 < window <= MAX_SAMPLES:
             raise ValueError(f"window_s must be in (0, 30], got {window_s}")
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if samples.size > window:
             raise ValueError(f"{samples.size / SAMPLE_RATE:.2f} s of audio does not fit a {window_s} s window")
+        if tail is not None:
+            positions = tail["tail_k"].shape[3]
+            if positions * SAMPLES_PER_POSITION != window:
+                raise ValueError(f"the tail cache is of a {positions * SAMPLES_PER_POSITION / SAMPLE_RATE} s window")
+            window = min(window, (-(-samples.size // SAMPLES_PER_POSITION) + margin_positions) * SAMPLES_PER_POSITION)
         padded = np.zeros((1, window), dtype=np.float32)
         padded[0, : samples.size] = samples
-        return tuple(self.encoder.run(["cross_k", "cross_v"], {"samples": padded}))
+        dims = self.table["dims"]
+        feeds = plain_encoder_feeds(padded, dims["encoder_layers"], dims["layers"], dims["heads"], dims["head_dim"])
+        if tail is not None:
+            feeds |= tail | {"gain_normalise": np.ones([1], np.float32)}
+        return tuple(self.encoder.run(["cross_k", "cross_v"], feeds))
+
+    def tail_cache(self, window_s: float) -> dict[str, np.ndarray]:
+        """The cached tail of a `window_s` window (`encoder_graph`): one run over a window of nothing but the
+        gain-normalised floor."""
+        dims = self.table["dims"]
+        feeds = plain_encoder_feeds(np.zeros((1, int(round(window_s * SAMPLE_RATE))), np.float32),
+                                    dims["encoder_layers"], dims["layers"], dims["heads"], dims["head_dim"])
+        feeds |= {"gain_normalise": np.ones([1], np.float32), "level_offset": np.full([1], FLOOR_ONLY, np.float32)}
+        cross_k, cross_v, self_k, self_v = self.encoder.run(["cross_k", "cross_v", "self_k", "self_v"], feeds)
+        return {"tail_k": self_k, "tail_v": self_v, "tail_cross_k": cross_k, "tail_cross_v": cross_v}
 
     def generate(self, cross_k: np.ndarray, cross_v: np.ndarray, max_new_tokens: int = MAX_NEW_TOKENS):
         """Greedy decoding; returns (text token ids without eot, log-probability of each of them)."""

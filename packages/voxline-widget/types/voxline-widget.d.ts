@@ -198,6 +198,8 @@ export interface VoxlineSettings {
   tokensPerSec: number;
   tokenSlack: number;
   draftTokens: number;
+  encoderTail: boolean;
+  encoderTailMarginSecs: number;
   localIntentMinConfidence: number;
   grammarDecode: boolean;
   grammarMaxMarginNats: number;

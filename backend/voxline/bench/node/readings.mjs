@@ -45,7 +45,8 @@ for (const clip of input.clips) {
       : null;
     const r = await whisper.transcribe(audio, settings, () => false, true, hint);
     out[name].push({ text: r.text, ids: r.ids, confidence: r.confidence, guard: r.guard, command: r.command,
-      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs, runs: r.runs,
+      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs, encodedSecs: r.encodedSecs,
+      runs: r.runs,
       drafted: r.drafted, kept: r.kept });
   }
 }
