@@ -7,7 +7,10 @@ Outputs of `build(src_dir, out_dir)`:
   The log-mel front end is inside the graph and reproduces faster-whisper's `FeatureExtractor` on the
   same samples (its 160 trailing zeros, reflect padding, periodic Hann, Slaney mel, log10 clamp,
   max-8 floor, (x+4)/4), then keeps the first N // 160 frames, as faster-whisper does when it
-  trims the features of a 30 s window to 3000 frames.
+  trims the features of a 30 s window to 3000 frames. Its other inputs (`gain_normalise`, `level_offset`,
+  `tail_k`, `tail_v`, `tail_cross_k`, `tail_cross_v`; `plain_encoder_feeds` gives the ones that leave it as
+  described) and outputs (`self_k`, `self_v`) let a window's silent tail be read from a cache and only its head be
+  computed (`encoder_graph`).
 * `decoder.int8.onnx`: `tokens` int64 [1, T], `past_k`/`past_v` float32 [layers, 1, heads, P, head_dim]
   (P = 0 on the first call), `cross_k`/`cross_v`, `logits_from` int64 [1] -> `logits` float32 [T - F, vocab]
   of the input positions from F = `logits_from` on (-1: the last position alone, as a plain step needs; 0: every
@@ -477,11 +480,10 @@ def encoder_graph(model: CT2Model, dims: WhisperDims) -> onnx.ModelProto:
     tail's own positions would have attended to in the head is what this leaves out (the head's speech does not
     reach them); scripts/encoder-tail-ab.py measured what that costs in WER."""
     g = GraphBuilder()
-    tails = {name: name for name in ENCODER_TAIL_INPUTS}
     x = _encoder_stem(g, _log_mel(g, "samples", dims.n_mels, "gain_normalise", "level_offset"), model)
     # the tail's positions: from the head's length to the end of the cached window
     head = g.op("Shape", [x], start=1, end=2, name="encoder/head_positions")
-    after_head = {name: g.op("Slice", [tails[name], head, g.const([2**62]), g.const([3])], name=f"encoder/{name}")
+    after_head = {name: g.op("Slice", [name, head, g.const([2**62]), g.const([3])], name=f"encoder/{name}")
                   for name in ENCODER_TAIL_INPUTS}
     own_k, own_v = [], []
     for layer in range(dims.encoder_layers):
