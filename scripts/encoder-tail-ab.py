@@ -36,12 +36,12 @@ from voxline.bench.audio import espeak, hibari, to_16k
 from voxline.bench.evalset import first_texts
 from voxline.bench.wer import wer
 from voxline.convert.ct2_reader import read_ct2_model
-from voxline.convert.whisper_onnx import ENCODER_FILE, SAMPLE_RATE, OnnxWhisper, extract_frontend, read_dims
+from voxline.convert.whisper_onnx import (
+    ENCODER_FILE, SAMPLE_RATE, SAMPLES_PER_POSITION, OnnxWhisper, extract_frontend, read_dims,
+)
 
 WINDOW_S = 8.0
 """The page's decode window (whisper.js)."""
-SAMPLES_PER_POSITION = 320
-"""16 kHz samples per encoder position (two 10 ms mel frames; the second convolution halves the rate)."""
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
@@ -148,7 +148,8 @@ def main() -> int:
     def log_mel(samples: np.ndarray) -> np.ndarray:
         padded = np.zeros((1, window), np.float32)
         padded[0, : samples.size] = samples
-        return frontend.run(None, {"samples": padded})[0][0]
+        zero = np.zeros([1], np.float32)  # the recipe's own features: no gain normalisation in the graph
+        return frontend.run(None, {"samples": padded, "gain_normalise": zero, "level_offset": zero})[0][0]
 
     def heard(memory: np.ndarray) -> str:
         return whisper.decode(whisper.generate(*encoder.cross_kv(memory))[0])

@@ -10,13 +10,12 @@ import math
 import numpy as np
 
 from voxline.bench.readings import _clip, decode
+from voxline.convert.whisper_onnx import SAMPLE_RATE, SAMPLES_PER_POSITION, TAIL_MARGIN_POSITIONS
 from voxline.intents import builtin_grammar, normalize
 
 SAID = [("turn off the kitchen lights", "hibari"), ("pause the music", "espeak-gb"),
         ("set a timer for ten minutes", "espeak-us-f3"), ("what is the capital of spain", "hibari")]
 LONG = ("could you tell me how many legs a spider has and whether they are insects or not", "hibari")
-MARGIN_S = 2.0  # settings.js encoderTailMarginSecs
-POSITION = 320  # samples per encoder position
 
 
 def test_a_command_is_encoded_as_far_as_its_audio_and_heard_as_the_whole_window_hears_it(tmp_path):
@@ -30,7 +29,8 @@ def test_a_command_is_encoded_as_far_as_its_audio_and_heard_as_the_whole_window_
     heard_alike = 0
     for (text, voice), length, tail, whole in zip(SAID, lengths, out["tail"], out["whole"]):
         assert whole["windowSecs"] == tail["windowSecs"] == 8 and whole["encodedSecs"] == 8
-        want = (math.ceil(length / POSITION) + round(MARGIN_S * 16_000 / POSITION)) * POSITION / 16_000
+        # the page's margin (settings.js encoderTailMarginSecs) is the reference runtime's
+        want = (math.ceil(length / SAMPLES_PER_POSITION) + TAIL_MARGIN_POSITIONS) * SAMPLES_PER_POSITION / SAMPLE_RATE
         assert tail["encodedSecs"] == min(8, want) < 8, (text, tail["encodedSecs"])
         heard_alike += normalize(tail["text"]) == normalize(whole["text"])
     # one near tie may go the other way (the features are gain-normalised, the tail approximated)

@@ -1,7 +1,8 @@
 // `voxline bench readings`, the decoding half: the browser's Whisper module (web/voxline/whisper.js) run by node
 // on onnxruntime-web's wasm, over raw 16 kHz float32 clips, once per configuration of the page's settings.
 // Input on stdin: {modelDir, lexicon, clips: [{path}], configs: {name: settingsOverrides}}.
-// Output on stdout: {name: [{text, ids, confidence, guard, command, prompted, encodeMs, decodeMs, windowSecs}, ...]}
+// Output on stdout: {name: [{text, ids, confidence, guard, command, prompted, encodeMs, decodeMs, windowSecs,
+// encodedSecs, ...}, ...]}
 // in clip order.
 import fs from 'node:fs';
 import path from 'node:path';
@@ -45,9 +46,8 @@ for (const clip of input.clips) {
       : null;
     const r = await whisper.transcribe(audio, settings, () => false, true, hint);
     out[name].push({ text: r.text, ids: r.ids, confidence: r.confidence, guard: r.guard, command: r.command,
-      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs, encodedSecs: r.encodedSecs,
-      runs: r.runs,
-      drafted: r.drafted, kept: r.kept });
+      prompted: r.prompted, encodeMs: r.encodeMs, decodeMs: r.decodeMs, windowSecs: r.windowSecs,
+      encodedSecs: r.encodedSecs, runs: r.runs, drafted: r.drafted, kept: r.kept });
   }
 }
 process.stdout.write(JSON.stringify(out));
