@@ -73,12 +73,13 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 6
+ENGINE_REVISION = 7
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
 5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`).
-6: an utterance's edges are trimmed of skip words and fillers longest first across both."""
+6: an utterance's edges are trimmed of skip words and fillers longest first across both.
+7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

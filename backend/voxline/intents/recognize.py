@@ -184,10 +184,16 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       (`_subject_clause`: "the phone is ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or
       more ("stopping | the music was a mistake" is a statement), so it cannot be the rest of the command.
 
+    An utterance that opens with one of the language's `no_command_openings` has no aside.
+
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
     commands in one breath), nothing is returned."""
     asides = language.asides
     if not any(asides.values()) or len(tokens) > MAX_ASIDE_UTTERANCE_WORDS:
+        return None
+    # An utterance that opens as no command does (a question, a report, another device: the language's
+    # `no_command_openings`) is not one with a clause before it either: "我刚 | 把计时器关了", "烤箱 | 定时二十分钟".
+    if any(tuple(tokens[:len(opening)]) == opening for opening in language.no_command_openings):
         return None
     found: list[Match] = []
     n = len(tokens)
