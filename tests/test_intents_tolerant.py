@@ -168,7 +168,7 @@ PARAPHRASES = [
     ("i hate this track next", "media.next", {}),
     ("shut the hallway lights out", "lights.off", {"area": "hallway"}),
     ("forget i said it", "assistant.stop", {}),
-    # 2026-12-07: asking whether it can be done, a wish without its subject, the verbs of a dial, telegraphic lights
+    # 2026-12-06: asking whether it can be done, a wish without its subject, the verbs of a dial, telegraphic lights
     ("would it be possible to skip to the next track", "media.next", {}),
     ("is it possible for you to turn the bedroom lights off", "lights.off", {"area": "bedroom"}),
     ("when you get a chance pause the radio", "media.pause", {}),
@@ -237,7 +237,7 @@ ZH_PARAPHRASES = [
     ("宝宝睡了，声音小一点", "media.volume_down", {}),  # an aside before the command
     ("暂停一下，我去开门", "media.pause", {}),  # ... and after it
     ("放首歌给孩子听", "media.play", {}),  # who it is for is no song name
-    # 2026-12-07
+    # 2026-12-06
     ("放点儿歌曲给小朋友听", "media.play", {}),
     ("停止放音乐", "media.stop", {}),
     ("大声", "media.volume_up", {}),
@@ -315,7 +315,7 @@ ZH_NEAR_MISSES = [
     # someone's words, the past, later, a question
     "歌停了吗", "厨房的灯关了吗", "音乐停了", "来点吃的", "楼上放歌太吵了", "不要静音", "播放量是多少", "我不想关灯",
     "如果太黑了就开灯", "他说把灯关了", "我刚才关灯了", "等会儿再关灯", "你怎么关灯",
-    # 2026-12-07: a report of what the speaker did, another device named first (the utterance's opening decides,
+    # 2026-12-06: a report of what the speaker did, another device named first (the utterance's opening decides,
     # whatever clause-and-command split it has), a habit told
     "我已经把音乐暂停了", "我刚刚关了卧室的灯", "微波炉定时三分钟", "把空调调到二十六", "电视声音小一点",
     "爷爷总是把声音开得很大", "调大一点", "亮度调大一点",
