@@ -16,6 +16,13 @@ def test_page_is_isolated_and_fires_ready_without_the_microphone(page, voxline_s
     ready = page.evaluate("window.__ready")
     assert ready["isolated"] is True and ready["threads"] == 2
     assert ready["load_ms"] > 0
+    # Each worker started its runtime once onnxruntime's wasm was compiled, then created its sessions, before `ready`
+    phases = ready["phases"]
+    for worker in ("vad", "asr"):
+        (runtime_from, runtime_to), (session_from, session_to) = (phases["timeline"][worker][stage]
+                                                                  for stage in ("runtime", "session"))
+        assert phases["ort_ms"] - 1 <= runtime_from <= runtime_to <= session_from + 1 <= session_to + 1, phases
+        assert session_to <= ready["load_ms"] + 1, phases
     names = {m["name"] for m in ready["models"]}
     assert names == {"whisper-tiny-en-onnx", "silero-vad-v5-16k"}  # what listening needs; smart-turn comes after
     assert all(m["bytes"] > 1_000_000 for m in ready["models"])

@@ -456,6 +456,10 @@ def _add_bench_load_page(bench) -> None:
                         help="returning visits one after another (default 1)")
     parser.add_argument("--top", type=int, default=12, help="resources listed per visit, biggest first")
     parser.add_argument("--resources", action="store_true", help="list every resource")
+    parser.add_argument("--baseline-query", metavar="QUERY",
+                        help="the demo page beside itself with these page settings ('&vx.NAME=value': the design "
+                             "before), visit series alternating, times to ready by visit kind")
+    parser.add_argument("--rounds", type=int, default=4, help="visit series of each side with --baseline-query")
     parser.set_defaults(func=_cmd_bench)
 
 

@@ -179,11 +179,55 @@ def run(server_url: str, host_port: int | None, profile_name: str | None, pages:
     return out
 
 
+def compare(server_url: str, profile_name: str | None, baseline_query: str, returning: str = "same-context",
+            returns: int = 1, rounds: int = 4) -> dict:
+    """The demo page as it is beside the demo page with `baseline_query` (page settings, `&vx.NAME=value`: the design
+    before), each round one visit series of each (a new context: a first visit, then `returns` returning ones), the
+    two alternating which goes first, on one server and one machine. Times to `voxline:ready` by visit kind."""
+    from playwright.sync_api import sync_playwright
+
+    from voxline.bench.stats import summary
+
+    query = baseline_query.lstrip("&?")
+    urls = {"voxline": server_url + "/", "baseline": f"{server_url}/?{query}"}
+    ready: dict = {name: {"first": [], "returning": []} for name in urls}
+    profile = PROFILES[profile_name] if profile_name else None
+    with CountingProxy(profile) as proxy, sync_playwright() as pw:
+        for round_ in range(rounds):
+            for name in (("voxline", "baseline") if round_ % 2 == 0 else ("baseline", "voxline")):
+                cold, warm = visit_series(pw, proxy, urls[name], DEMO_VOXLINE, returning, returns)
+                ready[name]["first"].append(cold["ready_ms"])
+                ready[name]["returning"].extend(w["ready_ms"] for w in warm)
+                print(f"round {round_ + 1} {name:8} first {cold['ready_ms'] / 1000:5.2f} s, returning "
+                      + " / ".join(f"{w['ready_ms'] / 1000:.2f}" for w in warm) + " s", file=sys.stderr)
+    figures = {name: {kind: {**summary(times), "all": times} for kind, times in kinds.items()}
+               for name, kinds in ready.items()}
+    return {"server": server_url, "profile": profile_name or "loopback (unthrottled)", "page": "demo",
+            "returning_visit": RETURNING_MODES[returning], "baseline_query": query, "rounds": rounds,
+            "ready_ms": figures,
+            "ratio_p50": {kind: round(figures["voxline"][kind]["p50"] / figures["baseline"][kind]["p50"], 3)
+                          for kind in ("first", "returning")}}
+
+
 def main(args) -> int:
     pages = args.pages or ["demo", "widget"]
     if args.returns < 1:
         print("voxline bench load-page: --returns must be 1 or more", file=sys.stderr)
         return 2
+    if args.baseline_query:
+        if args.pages and args.pages != ["demo"]:
+            print("voxline bench load-page: --baseline-query compares the demo page (its settings come from its URL)",
+                  file=sys.stderr)
+            return 2
+        if args.url:
+            result = compare(args.url.rstrip("/"), args.profile, args.baseline_query, args.returning, args.returns,
+                             args.rounds)
+        else:
+            with ServerThread() as server:
+                result = compare(server.url, args.profile, args.baseline_query, args.returning, args.returns,
+                                 args.rounds)
+        print(json.dumps(result, indent=2))
+        return 0
     if args.url:
         result = run(args.url.rstrip("/"), args.host_port, args.profile, pages, args.returning, args.returns)
     else:

@@ -1,7 +1,7 @@
 // The speech recognition worker: Whisper tiny.en (int8, onnxruntime-web wasm, threads when isolated).
 // It reads turn audio from the capture ring by absolute sample index and answers decode requests one at a time.
 // The final transcript must never wait behind a partial that nobody needs any more (see `enqueue`).
-import { startOrt, createSession } from './ort.js';
+import { startOrt, createSession, epochNow, runtimeSpan } from './ort.js';
 import { SampleRing } from './ring.js';
 import { Whisper } from './whisper.js';
 import { CommandGraph } from './grammar-decode.js';
@@ -36,10 +36,12 @@ async function init(msg) {
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   const ort = await startOrt(msg.threads, msg.ort);
   const table = JSON.parse(new TextDecoder().decode(msg.tokens));
+  const sessionFrom = epochNow();
   const [encoder, decoder] = await Promise.all([createSession(ort, msg.encoder, { optimized: msg.graphOptimization }),
     createSession(ort, msg.decoder, { optimized: msg.graphOptimization })]);
+  const timeline = { runtime: [runtimeSpan.from, runtimeSpan.to], session: [sessionFrom, epochNow()] };
   whisper = new Whisper(ort, encoder, decoder, table);
-  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads });
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, timeline });
   // The first run of a session is slow (allocation, kernel set-up): pay it now, queued like any decode, so it
   // never delays `voxline:ready` and a real request waits for it only if it comes within the first second.
   queue.push({ warmUp: true, final: false });

@@ -227,9 +227,11 @@ export async function loadModels(models, base, onProgress = () => {}, ledger = n
  * @param {string} name the file, e.g. `ort-wasm-simd-threaded.wasm`
  * @param {URL|string} base
  * @param {LoadLedger|null} ledger
+ * @param {{onDownload?: () => void}} [options] `onDownload`: called when neither cache has the file and it is
+ *   downloaded (so a caller that would wait for a cached runtime before other downloads need not wait for this one)
  * @returns {Promise<WebAssembly.Module>}
  */
-export async function compileRuntimeFile(runtime, name, base, ledger = null) {
+export async function compileRuntimeFile(runtime, name, base, ledger = null, { onDownload = () => {} } = {}) {
   const entry = runtime?.files?.[name];
   if (!entry) throw new ModelLoadError('model_manifest_failed', `The server's manifest lists no runtime file ${name}; update the server, then reload.`);
   const started = performance.now();
@@ -255,6 +257,7 @@ export async function compileRuntimeFile(runtime, name, base, ledger = null) {
     }
     await cache.delete(key); // altered: never used, fetched again below
   }
+  onDownload();
   const downloaded = await loadFile({ name, url: entry.url, sha256: entry.sha256, size: 0 }, base, () => {},
     { kind: 'runtime', ledger, compile: true });
   return (await downloaded.module) ?? WebAssembly.compile(downloaded.bytes);

@@ -50,15 +50,23 @@ const START_MODEL = Uint8Array.from(
 /** @type {Promise<any>|null} */
 let starting = null;
 
+/** A moment as epoch ms (`performance.timeOrigin` + now), comparable across the page and its workers. */
+export const epochNow = () => performance.timeOrigin + performance.now();
+
+/** When this worker's runtime started starting, and when it was up (epoch ms; see `startOrt`). */
+export const runtimeSpan = { from: 0, to: 0 };
+
 /**
  * Load onnxruntime-web and start its runtime now (`loadOrt`, then a session of START_MODEL), so that a worker does
  * it while the page is still reading the models; a model's session then costs only its own graph. Once per worker.
  * @param {number} threads @param {{base: string, wasm: Uint8Array}|null} runtime as for loadOrt
  */
 export function startOrt(threads, runtime = null) {
+  runtimeSpan.from ||= epochNow();
   starting ??= loadOrt(threads, runtime).then(async (ort) => {
     // Nothing to optimize in it: the optimizer off, so that none of its code is compiled for nothing.
     await (await createSession(ort, START_MODEL, { optimized: 'identity' })).release();
+    runtimeSpan.to = epochNow();
     return ort;
   });
   return starting;

@@ -76,6 +76,13 @@ export const DEFAULTS = Object.freeze({
   /** A turn never runs longer than this; the ASR window is 30 s. */
   maxTurnSecs: 28,
 
+  // Loading.
+  /** On a visit that finds onnxruntime's wasm in a cache, read the models only once it is compiled, so that the
+   * workers start their runtimes (the longest step of a returning visit: README, "Page load") while the models are
+   * read, instead of the models' reads slowing the runtime's own read down (a downloaded runtime shares the link
+   * with the models as before); false: both at once (the design before, for side-by-side benchmarks). */
+  runtimeFirst: true,
+
   // Whisper.
   /** wasm threads of the ASR worker (when cross-origin isolated); the listening worker always has one. */
   asrThreads: 2,

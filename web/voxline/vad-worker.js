@@ -6,7 +6,7 @@
 // smart-turn comes after `ready` (`turn-model`): the page is ready with the detector alone, and until smart-turn is
 // up every pause is left to the hangover, the endpointer's answer when smart-turn says nothing.
 import { Endpointer } from './endpointer.js';
-import { startOrt, createSession } from './ort.js';
+import { startOrt, createSession, epochNow, runtimeSpan } from './ort.js';
 import { SampleRing } from './ring.js';
 import { TurnAudioEncoder } from './opus.js';
 import { spawnWorker } from './workers.js';
@@ -49,10 +49,12 @@ async function init(msg) {
   settings = msg.settings;
   ring = msg.ringBuffer ? new SampleRing(msg.ringBuffer) : SampleRing.allocate(settings.sampleRate * settings.ringSeconds, false);
   ort = await startOrt(1, msg.ort);
+  const sessionFrom = epochNow();
   vad = await createSession(ort, msg.vadModel, { optimized: msg.graphOptimization });
+  const timeline = { runtime: [runtimeSpan.from, runtimeSpan.to], session: [sessionFrom, epochNow()] };
   endpointer = new Endpointer(settings);
   encoder = new TurnAudioEncoder(settings.sampleRate, (packets) => self.postMessage({ type: 'opus', ...packets }));
-  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported });
+  self.postMessage({ type: 'ready', threads: ort.env.wasm.numThreads, opus: encoder.supported, timeline });
   // The first run of a session compiles its kernels (~0.1 s): done now, after `ready`, while the page opens the
   // microphone, rather than on the user's first frames; listening starts once it is done (`listen`), reading the
   // ring from where the page says, so nothing captured meanwhile is lost.

@@ -148,8 +148,12 @@ export class Voxline {
       const fetched = performance.now();
       // onnxruntime-web's wasm is fetched (and checked) and compiled once, here, and the module given to the workers.
       const ortRuntime = manifest.runtimes?.['onnxruntime-web'];
-      const ortLoaded = (ortRuntime ? compileRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger)
-        : Promise.resolve(null)).then((module) => {
+      let downloading = () => {};
+      let ortAt = 0;
+      const ortDownloading = new Promise((resolve) => { downloading = resolve; });
+      const ortLoaded = (ortRuntime ? compileRuntimeFile(ortRuntime, 'ort-wasm-simd-threaded.wasm', this.base, ledger,
+        { onDownload: downloading }) : Promise.resolve(null)).then((module) => {
+        ortAt = performance.now();
         const runtime = module && { base: new URL(ortRuntime.base, this.base).href, module };
         if (runtime) {
           this.vadWorker.postMessage({ type: 'runtime', ort: runtime });
@@ -158,7 +162,10 @@ export class Voxline {
         return runtime;
       });
       const ringBuffer = this.capture.ring.shared ? this.capture.ring.buffer : null;
-      // Both, so that an altered runtime fails the load at once; `runtime` goes to each worker before its `init`.
+      // A cached runtime first (`runtimeFirst`): its workers then start it while the models are read. One that is
+      // downloaded shares the link with the models (in turn it would leave the link idle while it compiles). An
+      // altered runtime fails the load at once either way; `runtime` goes to each worker before its `init`.
+      if (this.settings.runtimeFirst) await Promise.race([ortLoaded, ortDownloading]);
       const [files, ort] = await Promise.all([loadModels(wanted, this.base, this.onProgress, ledger), ortLoaded]);
       const loaded = performance.now();
       const [asrEntry, vadEntry] = wanted;
@@ -173,8 +180,12 @@ export class Voxline {
         encoder, decoder, tokens, graphOptimization: asrEntry.graph_optimization ?? null },
         [encoder.buffer, decoder.buffer, tokens.buffer]);
       const [vadInfo, asrInfo] = await Promise.all([vadReady, asrReady]);
+      // Each worker's runtime start and model sessions, from this load's start (ms): what `workers_ms` waited for.
+      const since = (epoch) => Math.round(epoch - performance.timeOrigin - started);
+      const timeline = Object.fromEntries([['vad', vadInfo], ['asr', asrInfo]].map(([name, info]) => [name,
+        info.timeline && Object.fromEntries(Object.entries(info.timeline).map(([stage, span]) => [stage, span.map(since)]))]));
       const phases = { manifest_ms: fetched - started, models_ms: loaded - fetched,
-        workers_ms: performance.now() - loaded };
+        workers_ms: performance.now() - loaded, ort_ms: ortAt - started, timeline };
       this.intents = await intents;
       this.opus = vadInfo.opus;
       this.#connect();

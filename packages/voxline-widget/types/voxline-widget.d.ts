@@ -23,7 +23,10 @@ export interface VoxlineReadyDetail extends VoxlineEventBase {
   threads: number;
   /** Whether the uplink can send Opus (WebCodecs). */
   opus: boolean;
-  phases: { manifest_ms: number; models_ms: number; workers_ms: number };
+  /** ms from the load's start: the manifest, the models read, the workers' start after them, onnxruntime's wasm
+   * compiled (`ort_ms`), and each worker's runtime start and model sessions as [from, to] (`timeline`). */
+  phases: { manifest_ms: number; models_ms: number; workers_ms: number; ort_ms: number;
+    timeline: Record<'vad' | 'asr', { runtime: [number, number]; session: [number, number] }> };
   bytes: Record<string, number>;
   files: object[];
 }
