@@ -229,7 +229,7 @@ test('prefixOnTurnComplete: no mark from smart-turn while voice is heard again',
 });
 
 test('a pause between words is too short for any command to act', () => {
-  // 0.1 s: the gaps inside fluent speech; a complete command acts after `commandSilenceSecs` (0.15 s), one that
+  // 0.1 s: the gaps inside fluent speech; a complete command acts after `commandSilenceSecs` (0.12 s), one that
   // more words could change after `prefixCommandSilenceSecs`
   const gap = 0.1;
   assert.ok(gap < DEFAULTS.commandSilenceSecs);

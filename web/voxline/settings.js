@@ -44,11 +44,12 @@ export const DEFAULTS = Object.freeze({
    * answered in time, ended a turn inside 36-43 % of the utterances whose longest pause was 0.5 s. */
   turnCompleteMinSilenceSecs: 0.6,
   /** Silence after which a complete command acts: one that no longer command could change (see
-   * `completeByMeaning`). Its decode, started at the pause, takes longer than that here (~150 ms after the ~60 ms
-   * the detector needs to see the pause), so it is the decode that bounds the command, not this wait. What may
-   * still follow such a command does not change it ("pause the music" … "for a moment"); a speaker who goes on
-   * with another request is heard as the turn goes on (see voxline.js `#goneOn`). */
-  commandSilenceSecs: 0.15,
+   * `completeByMeaning`). Counted in whole 32 ms frames: 0.12 s is four (0.15 s, the design before, five). Its
+   * decode, started at the pause (~60 ms after the last word), answers ~100 ms later with the encoder's cached tail,
+   * so a wait of five frames had become what a command waited for (README, "When a command acts"). What may still
+   * follow such a command does not change it ("pause the music" … "for a moment"); a speaker who goes on with
+   * another request is heard as the turn goes on (see voxline.js `#goneOn`). */
+  commandSilenceSecs: 0.12,
   /** A command is complete when no longer command of the grammar would do something else: "pause" (… "the music"
    * pauses all the same), "mute", "next" act after `commandSilenceSecs`; "stop" (… "the timer"), "turn on the
    * lights" (… "in the kitchen") wait for `prefixCommandSilenceSecs` (voxline.intents.could_change). Off: the design
