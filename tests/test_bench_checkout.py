@@ -42,6 +42,17 @@ def test_the_load_page_choices_are_the_benchmarks_own():
     assert set(choices["returning"]) == set(RETURNING_MODES)
 
 
+def test_load_page_compares_the_demo_page_with_other_settings_only(capsys):
+    """`--baseline-query` visits the demo page twice over (its settings come from its URL); the widget has none."""
+    from e2e.bench.load_page import main
+
+    args = build_parser().parse_args(["bench", "load-page", "--baseline-query", "&vx.runtimeFirst=0", "--rounds", "2",
+                                      "--page", "widget"])
+    assert (args.baseline_query, args.rounds) == ("&vx.runtimeFirst=0", 2)
+    assert main(args) == 2
+    assert "compares the demo page" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def installed_elsewhere(tmp_path_factory):
     """The package copied alone into a folder outside the checkout, as a wheel installs it."""
