@@ -193,6 +193,7 @@ export interface VoxlineSettings {
   prefixTurnCompleteProb: number;
   hangoverSecs: number;
   maxTurnSecs: number;
+  runtimeFirst: boolean;
   asrThreads: number;
   windowPadSecs: number;
   minWindowSecs: number;
