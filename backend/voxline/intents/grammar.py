@@ -22,6 +22,9 @@ Source file format (one language per file; later files extend or override earlie
       clause_verbs: [is, are]            #   within three words ("the phone is ringing", "the baby's asleep")
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
       not_before: [to, and]              # words that may not end one right before the command
+    repairs:                             # a speaker taking back what they just said ("pause the uh pause it",
+      corrections: ["no", i mean]        # "five no ten minutes"): words that take it back (fillers hesitate)
+      joiners: [and, then]               # words that add a second command rather than repair the first
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -73,13 +76,14 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 7
+ENGINE_REVISION = 8
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
 5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`).
 6: an utterance's edges are trimmed of skip words and fillers longest first across both.
-7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`)."""
+7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`).
+8: self-repairs: words a speaker took back are left out (`recognize._with_repair`, the skill file's `repairs`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -91,8 +95,9 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
-                            "asides", "no_command_openings"})
+                            "asides", "no_command_openings", "repairs"})
 _ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before")
+_REPAIR_KEYS = ("corrections", "joiners")
 NO_COMMAND_KIND = "no_command"
 """The kind of a no-command opening given in a bare list."""
 OPENING_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -179,6 +184,15 @@ class LanguageGrammar:
             key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in asides.get(key, []))
             for key in _ASIDE_KEYS}
         """What tells a clause beside a command from part of it (see `recognize`); empty: no asides."""
+        repairs = data.get("repairs", {})
+        self.repairs: dict[str, tuple[tuple[str, ...], ...]] = {
+            key: tuple(sorted({tuple(normalize(phrase).split(" ")) for phrase in repairs.get(key, [])},
+                              key=lambda p: (-len(p), p)))
+            for key in _REPAIR_KEYS}
+        """What takes back the words before it, and what joins a second command (see `recognize._with_repair`),
+        longest first; empty: no repairs."""
+        if any(("",) in phrases for phrases in self.repairs.values()):
+            raise GrammarError(f"{lang}: a repairs phrase normalises to nothing")
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -385,6 +399,12 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         raise GrammarError(f"{where} asides: unknown key(s) {sorted(unknown)}")
     for key, phrases in asides.items():
         target.setdefault("asides", {}).setdefault(key, []).extend(_strings(phrases, f"{where} asides {key}"))
+    repairs = _mapping(document.get("repairs"), f"{where} repairs")
+    unknown = set(repairs) - set(_REPAIR_KEYS)
+    if unknown:
+        raise GrammarError(f"{where} repairs: unknown key(s) {sorted(unknown)}")
+    for key, phrases in repairs.items():
+        target.setdefault("repairs", {}).setdefault(key, []).extend(_strings(phrases, f"{where} repairs {key}"))
 
 
 def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
@@ -485,6 +505,9 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             **({"asides": {key: sorted(set(_strings(phrases, f"{lang} asides {key}")))
                            for key, phrases in sorted(_mapping(data["asides"], f"{lang} asides").items())}}
                if data.get("asides") else {}),
+            **({"repairs": {key: sorted(set(_strings(phrases, f"{lang} repairs {key}")))
+                            for key, phrases in sorted(_mapping(data["repairs"], f"{lang} repairs").items())}}
+               if data.get("repairs") else {}),
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

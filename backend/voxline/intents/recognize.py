@@ -151,9 +151,143 @@ def recognize(
         return None
 
     try:
-        return match(list(range(len(tokens)))) or _with_aside(tokens, language, match)
+        whole = match(list(range(len(tokens))))
+        if whole is None or _hesitates_in_free_text(whole, language):
+            repaired = _with_repair(tokens, language, match)
+            if repaired is not None and (whole is None or repaired.intent == whole.intent):
+                return repaired
+        return whole or _with_aside(tokens, language, match)
     except _TooManySteps:
         return None
+
+
+MAX_REPARANDUM_WORDS = 4
+"""The most words a speaker takes back in one repair ("turn on the kitchen | no | the bedroom lights")."""
+MAX_REPAIRS = 2
+"""Repairs undone in one utterance ("turn the uh turn the uh the lights on" has two)."""
+MAX_REPAIR_READINGS = 24
+"""The most repaired readings of one utterance matched (each a full match); past it the utterance is no command
+("turn uh turn uh turn uh ...": the readings multiply with every restart)."""
+
+
+def _with_repair(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
+                 ) -> Match | None:
+    """The command of an utterance in which the speaker took words back and said them again, or said something
+    else instead: a **self-repair**, *reparandum* (the words taken back), *interregnum* (hesitations and
+    corrections, possibly none), *repair* (what replaces them, and the rest of the utterance): "pause the | uh |
+    pause it", "turn the | uh | the lights on", "set a timer for | ten no | twelve minutes", "stop | i mean | pause
+    it", "turn the | the lights on" (the recogniser often leaves the "uh" out). Only tried when the whole utterance
+    is no command (or names free text with a hesitation in it, `_hesitates_in_free_text`). The utterance less the
+    reparandum and the interregnum is matched as any utterance (`match`: skip words, fillers and all); a repair
+    counts when
+
+    - the reparandum is at most `MAX_REPARANDUM_WORDS` words, and neither it nor the interregnum holds one of the
+      language's `repairs.joiners` ("and", "then": "stop the music and stop the timer" is two commands);
+    - the reparandum and the repair start alike: with the same word (a restart: "skip this | skip this song"), or,
+      after a correction word (`repairs.corrections`: "no", "i mean", "sorry"), with values of one slot list that
+      is not free text ("ten no twelve", "kitchen no bedroom") or with a command taken back whole ("stop | i mean |
+      pause it");
+    - the words up to the interregnum are a command or the start of one (`is_prefix`): the speaker was on the way
+      to one ("stop the music | stop the timer" with "the music stop" taken back is on the way to none);
+    - a restart with no interregnum takes back no command of another meaning ("stop the music stop the timer" is
+      two commands said one after the other, "pause pause it" one said twice).
+
+    Up to `MAX_REPAIRS` repairs are undone, one after the other. Precision as everywhere: when two repairs read as
+    commands that disagree, nothing is returned."""
+    repairs = language.repairs
+    edits = tuple(sorted({*language.fillers, *repairs["corrections"]}, key=lambda p: (-len(p), p)))
+    found: list[Match] = []
+    frontier = [list(range(len(tokens)))]
+    tried: set[tuple[int, ...]] = set()
+    for _ in range(MAX_REPAIRS):
+        next_frontier: list[list[int]] = []
+        for kept in frontier:
+            for candidate in _repairs(tokens, kept, language, edits, match):
+                if tuple(candidate) in tried:
+                    continue
+                tried.add(tuple(candidate))
+                if len(tried) > MAX_REPAIR_READINGS:
+                    return None  # a pathological utterance: no command is safer than a guess
+                got = match(candidate)
+                if got is not None:
+                    found.append(got)
+                else:
+                    next_frontier.append(candidate)
+        frontier = next_frontier
+        if found:
+            break
+    if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
+        return None
+    return found[0]
+
+
+def _repairs(tokens: list[str], kept: list[int], language: LanguageGrammar, edits: tuple[tuple[str, ...], ...],
+             match: Callable[[list[int]], Match | None]) -> Iterator[list[int]]:
+    """`kept` less each reparandum and interregnum that `_with_repair`'s rules let a speaker take back."""
+    words = [tokens[i] for i in kept]
+    corrections = language.repairs["corrections"]
+    joiners = language.repairs["joiners"]
+
+    def holds(phrases: tuple[tuple[str, ...], ...], start: int, end: int) -> bool:
+        return any(tuple(words[at:at + len(p)]) == p for at in range(start, end) for p in phrases
+                   if at + len(p) <= end)
+
+    for repair in range(1, len(words)):
+        # the interregnum: hesitations and corrections right before the repair, read backwards
+        between, corrected = repair, False
+        while True:
+            phrase = next((p for p in edits if between - len(p) >= 0 and tuple(words[between - len(p):between]) == p),
+                          None)
+            if phrase is None:
+                break
+            between -= len(phrase)
+            corrected = corrected or phrase in corrections
+        if holds(joiners, between, repair):
+            continue
+        for length in range(1, MAX_REPARANDUM_WORDS + 1):
+            start = between - length
+            if start < 0 or holds(joiners, start, between):
+                break
+            restart = words[start] == words[repair]
+            taken_back = None
+            if not restart:
+                if not corrected:
+                    continue
+                if not _same_list_starts(words, start, repair, language):
+                    taken_back = match(kept[start:between])
+                    if taken_back is None:
+                        continue
+            elif between == repair:
+                taken_back = match(kept[start:between])
+                if taken_back is not None:
+                    again = match(kept[:start] + kept[repair:])
+                    if again is None or _meaning(again.intent, again.slots) != _meaning(taken_back.intent,
+                                                                                        taken_back.slots):
+                        continue
+            # the words up to the interregnum were on their way to a command: the speaker broke one off
+            if taken_back is None and match(kept[:between]) is None and not _goes_on(
+                    " ".join(words[:between]), language, lambda walk, root: _extends(walk, root, 0)):
+                continue
+            yield kept[:start] + kept[repair:]
+
+
+def _same_list_starts(words: list[str], first: int, second: int, language: LanguageGrammar) -> bool:
+    """Whether a value of one closed slot list (not free text) starts at both positions ("ten" and "twelve")."""
+    return any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, first)
+               and slot_list.consume(words, second) for slot_list in language.lists.values())
+
+
+def _hesitates_in_free_text(found: Match, language: LanguageGrammar) -> bool:
+    """Whether a free-text slot of `found` holds a hesitation ("play uh play some jazz" plays "uh play some
+    jazz"): then a repair, if the utterance has one, is the better reading."""
+    hesitations = {p[0] for p in language.fillers if len(p) == 1}
+    template = next((t for t in language.templates if t.id == found.template), None)
+    if template is None:
+        return False
+    lists = {e.name: e.list_name for expansion in template.expansions for e in expansion if isinstance(e, SlotRef)}
+    return any(isinstance(language.lists.get(lists.get(name, "")), Wildcard)
+               and any(word in hesitations for word in found.text[start:end].split(" "))
+               for name, (start, end) in found.spans.items())
 
 
 MIN_ASIDE_WORDS = 2
