@@ -186,6 +186,20 @@ PARAPHRASES = [
     ("time me for forty seconds", "timer.set", {"seconds": 40}),
     ("scratch that", "assistant.stop", {}),
     ("play some lullabies for the baby", "media.play", {"query": "lullabies"}),  # who it is for is no song name
+    # the sixth round's classes (2026-12-06, set F): podcasts and audiobooks, slang verbs, how completely
+    ("stick on the next episode", "media.next", {}),
+    ("go to the following chapter", "media.next", {}),
+    ("whack on some oasis", "media.play", {"query": "oasis"}),
+    ("keep going with the audiobook", "media.resume", {}),
+    ("knock the radio off", "media.stop", {}),
+    ("stick the speaker on mute", "media.mute", {}),
+    ("time", "clock.time", {}),
+    ("get the bathroom lights off", "lights.off", {"area": "bathroom"}),
+    ("hold the music a wee minute", "media.pause", {}),
+    ("that's all for today thanks", "assistant.stop", {}),
+    ("i'm on the phone turn it down", "media.volume_down", {}),
+    ("the phone's ringing mute it", "media.mute", {}),
+    ("i can't hear a word over the hoover turn it up", "media.volume_up", {}),
 ]
 
 
@@ -301,6 +315,12 @@ NEAR_MISSES = [
     "playing the guitar is hard",
     "not this one",
     "I hate this song",
+    # questions about how things are, habits, and other devices' 's forms (the sixth round)
+    "is the kitchen light on",
+    "did you pause the music",
+    "was that the last song",
+    "the oven's too hot turn it down",
+    "my dad always turns the music way too loud",
 ]
 
 

@@ -309,7 +309,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     - the command part is a command (`match`, skip words and all), and it is no longer one with the aside's word
       beside it ("dont turn | off the lights" cuts "turn off the lights");
     - the aside has `MIN_ASIDE_WORDS` or more, none of the language's `not_with` words (questions, conditions,
-      someone else's words: "how do i | turn off the lights", "when i leave", "she said"), and no word a slot of
+      someone else's words: "how do i | turn off the lights", "when i leave", "she said"; nor their "'s" forms,
+      "the tv's too loud"), and no word a slot of
       the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
       light);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
@@ -364,6 +365,9 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
         return False
     for position in range(len(words)):
         if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
+            return False
+        # a word's "'s" form, as the normaliser writes it ("the tv's too loud": "tvs"), is the word
+        if words[position].endswith("s") and (words[position][:-1],) in asides["not_with"]:
             return False
         if any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
                for slot_list in language.lists.values()):
