@@ -193,7 +193,6 @@ PARAPHRASES = [
     ("keep going with the audiobook", "media.resume", {}),
     ("knock the radio off", "media.stop", {}),
     ("stick the speaker on mute", "media.mute", {}),
-    ("time", "clock.time", {}),
     ("get the bathroom lights off", "lights.off", {"area": "bathroom"}),
     ("hold the music a wee minute", "media.pause", {}),
     ("that's all for today thanks", "assistant.stop", {}),
