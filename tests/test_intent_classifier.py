@@ -20,6 +20,7 @@ from voxline.server.intent_classifier import (
     command_lines,
     grounded,
     parse_command,
+    without_free_text,
 )
 from wsframes import drain
 
@@ -104,6 +105,21 @@ def test_acceptance_needs_a_parse_the_probability_and_grounding(grammar):
     assert accept(None, 0.9, True, config) == "unparsed"
     assert accept(match, 0.49, True, config) == "low_probability"
     assert accept(match, 0.9, False, config) == "ungrounded"
+
+
+def test_how_sure_the_model_is_of_the_command_leaves_out_the_words_of_a_song_name(grammar):
+    import math
+
+    # "play the beatles": sure of "play", unsure how to spell the name ("the" or not)
+    steps = (("play", math.log(0.9)), ("play the", math.log(0.3)), ("play the beatles", math.log(0.95)),
+             ("play the beatles", math.log(0.98)))  # the end token adds no text
+    whole = math.exp(sum(lp for _, lp in steps))
+    match = parse_command("play the beatles", grammar)
+    assert math.isclose(without_free_text(whole, steps, match, grammar), 0.9 * 0.98)
+    # a command without free text keeps the whole probability, as do steps that do not add up to it
+    volume = parse_command("set the volume to 80 percent", grammar)
+    assert without_free_text(0.5, (("set the volume to 80 percent", math.log(0.5)),), volume, grammar) == 0.5
+    assert without_free_text(0.5, steps, match, grammar) == 0.5
 
 
 def test_an_unsure_command_is_accepted_only_when_its_nearest_intent_by_meaning_agrees(grammar):

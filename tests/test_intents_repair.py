@@ -121,3 +121,15 @@ def test_builtin_grammar_refuses_what_is_no_repair(grammar, text):
 def test_an_utterance_of_endless_restarts_is_no_command(grammar):
     # every restart doubles the readings: past MAX_REPAIR_READINGS the utterance is refused, not searched on
     assert recognize("turn uh " * 11 + "turn", grammar) is None
+
+
+@pytest.mark.parametrize("text, intent, slots", [
+    ("把音量调到三十不对四十", "media.volume_set", {"level": 40}),
+    ("暂停我是说下一首", "media.next", {}),
+    ("定时五分钟不对十分钟", "timer.set", {"seconds": 600}),
+    ("打开客厅不对卧室的灯", "lights.on", {"area": "bedroom"}),
+    ("关灯不是开灯", "lights.on", {}),
+])
+def test_builtin_chinese_grammar_hears_the_repaired_command(grammar, text, intent, slots):
+    match = recognize(text, grammar, "zh")
+    assert match is not None and (match.intent, match.slots) == (intent, slots)

@@ -147,7 +147,8 @@ class Classification:
     command: str
     """What the model wrote (normalised); ``none`` when it said so or was not asked."""
     command_prob: float
-    """The model's probability of `command` (0 when not asked)."""
+    """The model's probability of `command` (0 when not asked), the words of its free-text slots left out
+    (`without_free_text`)."""
     reason: str
     """``accepted``, ``agreed`` (less likely, but the nearest intent by meaning is the same), ``none``,
     ``unparsed``, ``low_probability``, ``ungrounded``, ``too_long``, ``off_domain`` (no content word of the
@@ -281,6 +282,30 @@ def grounded(match: Match, utterance: str, grammar: Grammar, lang: str) -> bool:
     return True
 
 
+def without_free_text(prob: float, steps: Sequence[tuple[str, float]], match: Match, grammar: Grammar) -> float:
+    """The model's probability of `match`'s command with the words of its free-text slots left out: how sure it is
+    of *which* command, not of how to spell a song's name ("play the beatles" against "play beatles"; the name is
+    checked by `grounded` instead). `steps`: the written text after each generated token and that token's
+    log-probability (`LLMClassifier.rewrite`); a token counts as the slot's when what it adds to the normalised text
+    overlaps the slot's span. `prob` itself when the command has no free text or the steps do not add up to it."""
+    command = grammar.language(COMMAND_LANG)
+    list_names = _slot_list_names(command, match.template)
+    spans = [span for name, span in match.spans.items()
+             if isinstance(command.lists.get(list_names.get(name, name)), Wildcard)]
+    if not spans or not steps or prob <= 0.0:
+        return prob
+    if abs(sum(lp for _, lp in steps) - math.log(prob)) > 1e-3:
+        return prob  # the steps are not the sequence scored (a model that reports them otherwise)
+    kept = 0.0
+    before = 0
+    for text, logprob in steps:
+        after = len(normalize(text.strip().splitlines()[0] if text.strip() else ""))
+        if not any(start < after and before < end for start, end in spans):
+            kept += logprob
+        before = after
+    return math.exp(kept)
+
+
 ACCEPTED = frozenset({"accepted", "agreed"})
 
 
@@ -356,8 +381,10 @@ class LLMClassifier:
         if (screened := self.screen(utterance, lang)) is not None:
             return screened
         text = " ".join(utterance.split())
-        reply, prob = self.rewrite(text)
+        reply, prob, steps = self.rewrite(text)
         match = parse_command(reply, self.grammar)
+        if match is not None:
+            prob = without_free_text(prob, steps, match, self.grammar)
         command = normalize(reply.strip().splitlines()[0]) if reply.strip() else NONE
         if command == NONE:
             return Classification(None, command, prob, "none", time.perf_counter() - started)
@@ -399,19 +426,29 @@ class LLMClassifier:
         before the model (`could_be_command`), and a warm-up through it ("hello") never reached the model."""
         self.rewrite(WARM_UP_UTTERANCE)
 
-    def rewrite(self, utterance: str) -> tuple[str, float]:
-        """(what the model writes for `utterance`, its probability), greedy, from the cached static prompt."""
+    def rewrite(self, utterance: str) -> tuple[str, float, tuple[tuple[str, float], ...]]:
+        """(what the model writes for `utterance`, its probability, and each step's text and log-probability: the
+        written text so far, decoded, so that a step's words are told by what it adds), greedy, from the cached
+        static prompt."""
         fmt = self.llm.format
         rest = self._tokens(fmt.message("user", self.llm.neutralize(utterance)) + fmt.generation_prompt())
+        logprobs: list[tuple[int, float]] = []
+
+        def step(result) -> bool:
+            logprobs.append((result.token_id, result.log_prob))
+            return False
+
         result = self.llm.generator.generate_batch(
             [rest], static_prompt=self._static, max_length=self.config.max_command_tokens,
             include_prompt_in_result=False, end_token=list(fmt.stop_tokens), return_scores=True,
-            length_penalty=0.0, beam_size=1,
+            length_penalty=0.0, beam_size=1, callback=step,
         )[0]
         ids = result.sequences_ids[0] if result.sequences_ids else []
         reply = self.llm.tokenizer.decode(ids).strip()
         score = result.scores[0] if result.scores else -math.inf
-        return reply, math.exp(score) if score > -50 else 0.0
+        steps = tuple((self.llm.tokenizer.decode([i for i, _ in logprobs[:k + 1]]), lp)
+                      for k, (_, lp) in enumerate(logprobs))
+        return reply, math.exp(score) if score > -50 else 0.0, steps
 
     def _tokens(self, text: str) -> list[str]:
         return self.llm.tokenizer.encode(text, add_special_tokens=False).tokens
