@@ -393,18 +393,14 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         target.setdefault("sound_alike", {})[str(phrase)] = _string(start, f"{where} sound_alike {phrase}")
     for word, as_word in _mapping(document.get("read_as"), f"{where} read_as").items():
         target.setdefault("read_as", {})[str(word)] = _string(as_word, f"{where} read_as {word}")
-    asides = _mapping(document.get("asides"), f"{where} asides")
-    unknown = set(asides) - set(_ASIDE_KEYS)
-    if unknown:
-        raise GrammarError(f"{where} asides: unknown key(s) {sorted(unknown)}")
-    for key, phrases in asides.items():
-        target.setdefault("asides", {}).setdefault(key, []).extend(_strings(phrases, f"{where} asides {key}"))
-    repairs = _mapping(document.get("repairs"), f"{where} repairs")
-    unknown = set(repairs) - set(_REPAIR_KEYS)
-    if unknown:
-        raise GrammarError(f"{where} repairs: unknown key(s) {sorted(unknown)}")
-    for key, phrases in repairs.items():
-        target.setdefault("repairs", {}).setdefault(key, []).extend(_strings(phrases, f"{where} repairs {key}"))
+    # word lists by key that accumulate: what tells an aside, what makes a repair
+    for section, keys in (("asides", _ASIDE_KEYS), ("repairs", _REPAIR_KEYS)):
+        given = _mapping(document.get(section), f"{where} {section}")
+        unknown = set(given) - set(keys)
+        if unknown:
+            raise GrammarError(f"{where} {section}: unknown key(s) {sorted(unknown)}")
+        for key, phrases in given.items():
+            target.setdefault(section, {}).setdefault(key, []).extend(_strings(phrases, f"{where} {section} {key}"))
 
 
 def _merge_intent(intents: dict[str, Any], name: str, spec: Mapping[str, Any], where: str) -> None:
