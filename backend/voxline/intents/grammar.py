@@ -498,12 +498,9 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             **({"no_command_openings": {kind: sorted(set(phrases)) for kind, phrases in
                                         sorted(_opening_kinds(data["no_command_openings"], lang).items())}}
                if data.get("no_command_openings") else {}),
-            **({"asides": {key: sorted(set(_strings(phrases, f"{lang} asides {key}")))
-                           for key, phrases in sorted(_mapping(data["asides"], f"{lang} asides").items())}}
-               if data.get("asides") else {}),
-            **({"repairs": {key: sorted(set(_strings(phrases, f"{lang} repairs {key}")))
-                            for key, phrases in sorted(_mapping(data["repairs"], f"{lang} repairs").items())}}
-               if data.get("repairs") else {}),
+            **{section: {key: sorted(set(_strings(phrases, f"{lang} {section} {key}")))
+                         for key, phrases in sorted(_mapping(data[section], f"{lang} {section}").items())}
+               for section in ("asides", "repairs") if data.get(section)},
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

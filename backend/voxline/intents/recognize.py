@@ -244,6 +244,7 @@ def _repairs(tokens: list[str], kept: list[int], language: LanguageGrammar, edit
             corrected = corrected or phrase in corrections
         if holds(joiners, between, repair):
             continue
+        on_the_way: bool | None = None  # the words up to the interregnum: a command or the start of one
         for length in range(1, MAX_REPARANDUM_WORDS + 1):
             start = between - length
             if start < 0 or holds(joiners, start, between):
@@ -265,9 +266,12 @@ def _repairs(tokens: list[str], kept: list[int], language: LanguageGrammar, edit
                                                                                         taken_back.slots):
                         continue
             # the words up to the interregnum were on their way to a command: the speaker broke one off
-            if taken_back is None and match(kept[:between]) is None and not _goes_on(
-                    " ".join(words[:between]), language, lambda walk, root: _extends(walk, root, 0)):
-                continue
+            if taken_back is None:
+                if on_the_way is None:
+                    on_the_way = match(kept[:between]) is not None or _goes_on(
+                        " ".join(words[:between]), language, lambda walk, root: _extends(walk, root, 0))
+                if not on_the_way:
+                    continue
             yield kept[:start] + kept[repair:]
 
 
@@ -281,13 +285,24 @@ def _hesitates_in_free_text(found: Match, language: LanguageGrammar) -> bool:
     """Whether a free-text slot of `found` holds a hesitation ("play uh play some jazz" plays "uh play some
     jazz"): then a repair, if the utterance has one, is the better reading."""
     hesitations = {p[0] for p in language.fillers if len(p) == 1}
-    template = next((t for t in language.templates if t.id == found.template), None)
-    if template is None:
-        return False
-    lists = {e.name: e.list_name for expansion in template.expansions for e in expansion if isinstance(e, SlotRef)}
-    return any(isinstance(language.lists.get(lists.get(name, "")), Wildcard)
-               and any(word in hesitations for word in found.text[start:end].split(" "))
-               for name, (start, end) in found.spans.items())
+    return any(word in hesitations for start, end in free_text_spans(found, language)
+               for word in found.text[start:end].split(" "))
+
+
+def slot_list_names(language: LanguageGrammar, template_id: str) -> dict[str, str]:
+    """Slot name → list name of the template `template_id` (a `Match.template`); empty when it has none."""
+    for template in language.templates:
+        if template.id == template_id:
+            return {e.name: e.list_name for expansion in template.expansions for e in expansion
+                    if isinstance(e, SlotRef)}
+    return {}
+
+
+def free_text_spans(found: Match, language: LanguageGrammar) -> list[tuple[int, int]]:
+    """The spans in `found.text` of its slots whose list is free text (a `Wildcard`: a song's name)."""
+    list_names = slot_list_names(language, found.template)
+    return [span for name, span in found.spans.items()
+            if isinstance(language.lists.get(list_names.get(name, name)), Wildcard)]
 
 
 MIN_ASIDE_WORDS = 2

@@ -35,9 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from voxline.intents import Grammar, Match, normalize, recognize
-from voxline.intents.expression import SlotRef
 from voxline.intents.grammar import LanguageGrammar
-from voxline.intents.recognize import misheard_word_start
+from voxline.intents.recognize import free_text_spans, misheard_word_start, slot_list_names
 from voxline.intents.slots import Wildcard
 from voxline.paths import model_dir
 from voxline.server.intent_neighbours import IndexCache, IntentNeighbours, Neighbour
@@ -266,7 +265,7 @@ def grounded(match: Match, utterance: str, grammar: Grammar, lang: str) -> bool:
         spoken = grammar.language(lang)
     except Exception:  # noqa: BLE001 - an unknown language grounds nothing
         return False
-    list_names = _slot_list_names(command, match.template)
+    list_names = slot_list_names(command, match.template)
     for slot, value in match.slots.items():
         slot_list = spoken.lists.get(list_names.get(slot, slot))
         if slot_list is None:
@@ -288,10 +287,7 @@ def without_free_text(prob: float, steps: Sequence[tuple[str, float]], match: Ma
     checked by `grounded` instead). `steps`: the written text after each generated token and that token's
     log-probability (`LLMClassifier.rewrite`); a token counts as the slot's when what it adds to the normalised text
     overlaps the slot's span. `prob` itself when the command has no free text or the steps do not add up to it."""
-    command = grammar.language(COMMAND_LANG)
-    list_names = _slot_list_names(command, match.template)
-    spans = [span for name, span in match.spans.items()
-             if isinstance(command.lists.get(list_names.get(name, name)), Wildcard)]
+    spans = free_text_spans(match, grammar.language(COMMAND_LANG))
     if not spans or not steps or prob <= 0.0:
         return prob
     if abs(sum(lp for _, lp in steps) - math.log(prob)) > 1e-3:
@@ -321,14 +317,6 @@ def accept(match: Match | None, command_prob: float, is_grounded: bool, config: 
     if not is_grounded:
         return "ungrounded"
     return "accepted" if command_prob >= config.min_command_prob else "agreed"
-
-
-def _slot_list_names(language, template_id: str) -> dict[str, str]:
-    for template in language.templates:
-        if template.id == template_id:
-            return {e.name: e.list_name for expansion in template.expansions for e in expansion
-                    if isinstance(e, SlotRef)}
-    return {}
 
 
 def _contains(tokens: Sequence[str], words: Sequence[str]) -> bool:
