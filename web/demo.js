@@ -16,6 +16,15 @@ function setState(state, text) {
   $('state').textContent = text;
 }
 
+/** Whether the server cannot be reached (an `OFFLINE_ERRORS` error, until the link is open again). */
+let offline = false;
+/** Back to waiting for speech once a turn is over: "Listening", or the offline notice while the server is away (a
+ * local command acting must not hide it). */
+function settle() {
+  if (offline) setState('offline', 'Offline: local commands only');
+  else setState('listening', 'Listening');
+}
+
 function log(name, detail) {
   const item = document.createElement('li');
   const fields = Object.entries(detail).filter(([k]) => !['t', 'timings', 'models', 'stages'].includes(k))
@@ -52,22 +61,21 @@ document.addEventListener(EVENTS.intent, (e) => {
   origin.textContent = source === 'server' ? 'resolved by the server' : `on this device (${source}, no network)`;
   $('intent').replaceChildren(code, origin);
   $('reply').textContent = confirmation ?? '';
-  setState('listening', 'Listening');
+  settle();
 });
 document.addEventListener(EVENTS.reply, (e) => {
   $('intent').replaceChildren();
   $('reply').textContent = e.detail.text;
-  if (e.detail.final) setState('listening', 'Listening');
+  if (e.detail.final) settle();
 });
 document.addEventListener(EVENTS.replyAudio, (e) => {
   if (!e.detail.last) setState('speaking', 'Answering…');
-  else if ($('state').dataset.state === 'speaking') setState('listening', 'Listening'); // not over "Hearing you…"
+  else if ($('state').dataset.state === 'speaking') settle(); // not over "Hearing you…"
 });
 document.addEventListener(EVENTS.turn, (e) => {
-  // An utterance with nothing intelligible in it ends here: no transcript or answer would end "Recognising…".
-  if (e.detail.state === 'idle' && e.detail.outcome === 'nothing' && $('state').dataset.state === 'thinking') {
-    setState('listening', 'Listening');
-  }
+  // A turn that ends still "Recognising…" settles here: one with nothing intelligible in it (no transcript or answer
+  // follows), and one whose command acted before its speech ended (the intent came first).
+  if (e.detail.state === 'idle' && $('state').dataset.state === 'thinking') settle();
 });
 document.addEventListener(EVENTS.timings, (e) => drawTimings(e.detail));
 /** Errors after which nothing works until the user acts (reload, allow the microphone); any error before
@@ -81,12 +89,16 @@ let modelsReady = false;
 document.addEventListener(EVENTS.ready, () => { modelsReady = true; });
 document.addEventListener(EVENTS.error, (e) => {
   const { code, message } = e.detail;
-  if (OFFLINE_ERRORS.has(code)) setState('offline', 'Offline: local commands only');
+  if (OFFLINE_ERRORS.has(code)) {
+    offline = true;
+    settle();
+  }
   else if (FATAL_ERROR.test(code) || !modelsReady) setState('error', 'Something went wrong');
   $('detail').textContent = message;
 });
 document.addEventListener(EVENTS.link, (e) => {
   // Back online (the link reconnects by itself): the offline notice goes.
+  if (e.detail.state === 'open') offline = false;
   if (e.detail.state === 'open' && $('state').dataset.state === 'offline') {
     if (window.voxline.listening) setState('listening', 'Listening');
     else setState('idle', 'Ready');
