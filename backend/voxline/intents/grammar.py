@@ -25,6 +25,9 @@ Source file format (one language per file; later files extend or override earlie
     repairs:                             # a speaker taking back what they just said ("pause the uh pause it",
       corrections: ["no", i mean]        # "five no ten minutes"): words that take it back (fillers hesitate)
       joiners: [and, then]               # words that add a second command rather than repair the first
+    dislocation:                         # the object named first, then by a pronoun ("the lights | turn them on"):
+      topics: [the, my]                  # words a topic opens with
+      pronouns: [it, them]               # words of the command that stand for it
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -76,14 +79,15 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 8
+ENGINE_REVISION = 9
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
 5: an aside after a command may open with a subject of its own (`after_subjects`, `clause_verbs`).
 6: an utterance's edges are trimmed of skip words and fillers longest first across both.
 7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`).
-8: self-repairs: words a speaker took back are left out (`recognize._with_repair`, the skill file's `repairs`)."""
+8: self-repairs: words a speaker took back are left out (`recognize._with_repair`, the skill file's `repairs`).
+9: left dislocation: an object named before the command stands for its pronoun (`recognize._with_dislocation`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -95,9 +99,10 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
-                            "asides", "no_command_openings", "repairs"})
+                            "asides", "no_command_openings", "repairs", "dislocation"})
 _ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before")
 _REPAIR_KEYS = ("corrections", "joiners")
+_DISLOCATION_KEYS = ("topics", "pronouns")
 NO_COMMAND_KIND = "no_command"
 """The kind of a no-command opening given in a bare list."""
 OPENING_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -193,6 +198,14 @@ class LanguageGrammar:
         longest first; empty: no repairs."""
         if any(("",) in phrases for phrases in self.repairs.values()):
             raise GrammarError(f"{lang}: a repairs phrase normalises to nothing")
+        dislocation = data.get("dislocation", {})
+        self.dislocation: dict[str, frozenset[tuple[str, ...]]] = {
+            key: frozenset(tuple(normalize(word).split(" ")) for word in dislocation.get(key, []))
+            for key in _DISLOCATION_KEYS}
+        """Words a topic named before a command opens with, and the pronouns that stand for it in the command (see
+        `recognize._with_dislocation`); no pronouns: no dislocation."""
+        if any(len(words) != 1 for words in self.dislocation["pronouns"] | self.dislocation["topics"]):
+            raise GrammarError(f"{lang}: dislocation topics and pronouns are single words")
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -394,7 +407,7 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     for word, as_word in _mapping(document.get("read_as"), f"{where} read_as").items():
         target.setdefault("read_as", {})[str(word)] = _string(as_word, f"{where} read_as {word}")
     # word lists by key that accumulate: what tells an aside, what makes a repair
-    for section, keys in (("asides", _ASIDE_KEYS), ("repairs", _REPAIR_KEYS)):
+    for section, keys in (("asides", _ASIDE_KEYS), ("repairs", _REPAIR_KEYS), ("dislocation", _DISLOCATION_KEYS)):
         given = _mapping(document.get(section), f"{where} {section}")
         unknown = set(given) - set(keys)
         if unknown:
@@ -500,7 +513,7 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
                if data.get("no_command_openings") else {}),
             **{section: {key: sorted(set(_strings(phrases, f"{lang} {section} {key}")))
                          for key, phrases in sorted(_mapping(data[section], f"{lang} {section}").items())}
-               for section in ("asides", "repairs") if data.get(section)},
+               for section in ("asides", "repairs", "dislocation") if data.get(section)},
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

@@ -156,7 +156,7 @@ def recognize(
             repaired = _with_repair(tokens, language, match)
             if repaired is not None and (whole is None or repaired.intent == whole.intent):
                 return repaired
-        return whole or _with_aside(tokens, language, match)
+        return whole or _with_dislocation(tokens, language, match) or _with_aside(tokens, language, match)
     except _TooManySteps:
         return None
 
@@ -303,6 +303,46 @@ def free_text_spans(found: Match, language: LanguageGrammar) -> list[tuple[int, 
     list_names = slot_list_names(language, found.template)
     return [span for name, span in found.spans.items()
             if isinstance(language.lists.get(list_names.get(name, name)), Wildcard)]
+
+
+MAX_TOPIC_WORDS = 5
+"""The longest noun phrase said before a command that names it again by a pronoun ("the kitchen lights | can you
+turn them on")."""
+
+
+def _with_dislocation(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
+                      ) -> Match | None:
+    """The command of an utterance that names its object first and then refers to it by a pronoun, a *left
+    dislocation*: "the kitchen lights | can you turn them on" is "can you turn the kitchen lights on", "the volume |
+    set it to twenty five", "the time | what is it". Only tried when the whole utterance is no command, and only
+    where the language defines `dislocation` (its skill file). The *topic*, the first 1 to `MAX_TOPIC_WORDS` words,
+    opens with one of `dislocation.topics` (a determiner: "the", "my", "that") and is a noun phrase: no pronoun, no
+    word of `asides.clause_verbs` ("the lights are on | turn them off" is a clause, not a topic) and no word of
+    `asides.not_with` ("the tv | turn it down"); the topic then stands in for one of the `dislocation.pronouns` of
+    the rest, and that reading is matched as any utterance (`match`: skip words, fillers and all).
+
+    Precision as everywhere: when two readings disagree (another topic length, another pronoun) nothing is
+    returned; a reading whose slot would take words from both sides of the pronoun is no reading."""
+    dislocation = language.dislocation
+    if not dislocation["pronouns"] or not tokens or (tokens[0],) not in dislocation["topics"]:
+        return None
+    asides = language.asides
+    found: list[Match] = []
+    for length in range(1, min(MAX_TOPIC_WORDS, len(tokens) - 1) + 1):
+        word = tokens[length - 1]
+        if ((word,) in dislocation["pronouns"] or (word,) in asides["clause_verbs"]
+                or (word,) in asides["not_with"]):
+            break  # a longer topic holds the same word
+        topic = list(range(length))
+        for position in range(length, len(tokens)):
+            if (tokens[position],) not in dislocation["pronouns"]:
+                continue
+            got = match([*range(length, position), *topic, *range(position + 1, len(tokens))])
+            if got is not None and all(start < end for start, end in got.spans.values()):
+                found.append(got)
+    if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
+        return None
+    return found[0]
 
 
 MIN_ASIDE_WORDS = 2
