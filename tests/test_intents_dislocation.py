@@ -77,6 +77,9 @@ def test_dislocation_is_a_grammar_field_that_changes_the_version():
     ("the music pause it for a sec", "media.pause", {}),
     ("that song skip it", "media.next", {}),
     ("the sound turn it back on", "media.unmute", {}),
+    # beside an aside
+    ("the bedroom lights switch them off we're off to bed", "lights.off", {"area": "bedroom"}),
+    ("the baby's asleep the music turn it down", "media.volume_down", {}),
 ])
 def test_builtin_grammar_hears_the_dislocated_command(grammar, text, intent, slots):
     match = recognize(text, grammar)
@@ -103,5 +106,16 @@ def test_builtin_grammar_refuses_what_is_no_dislocated_command(grammar, text):
     ("turn it up a bit if you can", "media.volume_up", {}),
 ])
 def test_builtin_grammar_hears_a_command_asked_as_whether_it_can_be_done(grammar, text, intent, slots):
+    match = recognize(text, grammar)
+    assert match is not None and (match.intent, match.slots) == (intent, slots), (text, match)
+
+
+@pytest.mark.parametrize("text, intent, slots", [
+    ("the song's far too loud", "media.volume_down", {}),
+    ("the volume's a bit too low", "media.volume_up", {}),
+    ("shut the egg timer off", "timer.cancel", {}),
+    ("knock off the countdown", "timer.cancel", {}),
+])
+def test_builtin_grammar_hears_the_classes_set_g_lacked(grammar, text, intent, slots):
     match = recognize(text, grammar)
     assert match is not None and (match.intent, match.slots) == (intent, slots), (text, match)

@@ -156,7 +156,14 @@ def recognize(
             repaired = _with_repair(tokens, language, match)
             if repaired is not None and (whole is None or repaired.intent == whole.intent):
                 return repaired
-        return whole or _with_dislocation(tokens, language, match) or _with_aside(tokens, language, match)
+        every = list(range(len(tokens)))
+
+        def match_dislocated(positions: list[int]) -> Match | None:
+            """The command the words at `positions` are, as said or with their topic in its pronoun's place."""
+            return match(positions) or _with_dislocation(positions, tokens, language, match)
+
+        return whole or _with_dislocation(every, tokens, language, match) or _with_aside(tokens, language,
+                                                                                         match_dislocated)
     except _TooManySteps:
         return None
 
@@ -310,8 +317,8 @@ MAX_TOPIC_WORDS = 5
 turn them on")."""
 
 
-def _with_dislocation(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
-                      ) -> Match | None:
+def _with_dislocation(positions: list[int], tokens: list[str], language: LanguageGrammar,
+                      match: Callable[[list[int]], Match | None]) -> Match | None:
     """The command of an utterance that names its object first and then refers to it by a pronoun, a *left
     dislocation*: "the kitchen lights | can you turn them on" is "can you turn the kitchen lights on", "the volume |
     set it to twenty five", "the time | what is it". Only tried when the whole utterance is no command, and only
@@ -321,23 +328,26 @@ def _with_dislocation(tokens: list[str], language: LanguageGrammar, match: Calla
     `asides.not_with` ("the tv | turn it down"); the topic then stands in for one of the `dislocation.pronouns` of
     the rest, and that reading is matched as any utterance (`match`: skip words, fillers and all).
 
-    Precision as everywhere: when two readings disagree (another topic length, another pronoun) nothing is
-    returned; a reading whose slot would take words from both sides of the pronoun is no reading."""
+    The words are those at `positions` of `tokens` (all of them, or the command beside an aside: "the kitchen
+    lights turn them off | were going to bed"). Precision as everywhere: when two readings disagree (another topic
+    length, another pronoun) nothing is returned; a reading whose slot would take words from both sides of the
+    pronoun is no reading."""
     dislocation = language.dislocation
-    if not dislocation["pronouns"] or not tokens or (tokens[0],) not in dislocation["topics"]:
+    words = [tokens[i] for i in positions]
+    if not dislocation["pronouns"] or not words or (words[0],) not in dislocation["topics"]:
         return None
     asides = language.asides
     found: list[Match] = []
-    for length in range(1, min(MAX_TOPIC_WORDS, len(tokens) - 1) + 1):
-        word = tokens[length - 1]
+    for length in range(1, min(MAX_TOPIC_WORDS, len(words) - 1) + 1):
+        word = words[length - 1]
         if ((word,) in dislocation["pronouns"] or (word,) in asides["clause_verbs"]
                 or (word,) in asides["not_with"]):
             break  # a longer topic holds the same word
-        topic = list(range(length))
-        for position in range(length, len(tokens)):
-            if (tokens[position],) not in dislocation["pronouns"]:
+        topic = positions[:length]
+        for k in range(length, len(words)):
+            if (words[k],) not in dislocation["pronouns"]:
                 continue
-            got = match([*range(length, position), *topic, *range(position + 1, len(tokens))])
+            got = match([*positions[length:k], *topic, *positions[k + 1:]])
             if got is not None and all(start < end for start, end in got.spans.values()):
                 found.append(got)
     if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
