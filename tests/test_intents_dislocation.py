@@ -115,6 +115,13 @@ def test_builtin_grammar_hears_a_command_asked_as_whether_it_can_be_done(grammar
     ("the volume's a bit too low", "media.volume_up", {}),
     ("shut the egg timer off", "timer.cancel", {}),
     ("knock off the countdown", "timer.cancel", {}),
+    ("switch the lamps in the study on", "lights.on", {"area": "office"}),
+    ("shut the lights in the garage off", "lights.off", {"area": "garage"}),
+    ("cut the bedroom lights", "lights.off", {"area": "bedroom"}),
+    ("keep playing the song", "media.resume", {}),
+    ("keep the tunes going", "media.resume", {}),
+    ("hello could you turn it up a wee bit", "media.volume_up", {}),
+    ("good evening lights on in the dining room", "lights.on", {"area": "dining_room"}),
 ])
 def test_builtin_grammar_hears_the_classes_set_g_lacked(grammar, text, intent, slots):
     match = recognize(text, grammar)
