@@ -287,6 +287,11 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("ask mum to turn off the kitchen lights", "someone_else"), ("tell dad to turn the music down", "someone_else"),
     ("please don't mute yourself", "negated"), ("do not turn off the lights", "negated"),
     ("turn off my alarm", "something_else"), ("mute the tv", "something_else"),
+    ("switch the webcam off", "something_else"), ("turn my notifications off", "something_else"),
+    # what someone else did, and a command on a condition
+    ("he paused the film halfway", "statement"), ("they muted the match", "statement"),
+    ("if it gets late switch the lights off", "condition"), ("unless i say so keep the music on", "condition"),
+    ("if you could turn it down", None),
     # what the speakers do themselves, said of themselves
     ("i paused the movie for a snack", "statement"), ("we turned the heating off", "statement"),
     ("i set a timer for ten minutes", "statement"), ("i'd like the music paused", None),

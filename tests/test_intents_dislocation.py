@@ -126,3 +126,20 @@ def test_builtin_grammar_hears_a_command_asked_as_whether_it_can_be_done(grammar
 def test_builtin_grammar_hears_the_classes_set_g_lacked(grammar, text, intent, slots):
     match = recognize(text, grammar)
     assert match is not None and (match.intent, match.slots) == (intent, slots), (text, match)
+
+
+@pytest.mark.parametrize("text, kind", [
+    ("she skipped my favourite song", "statement"),
+    ("somebody turned the heating down", "statement"),
+    ("if it starts raining turn the lights on", "condition"),
+    ("as soon as the kettle boils pause the music", "condition"),
+])
+def test_what_someone_else_did_and_a_command_on_a_condition_open_as_no_command(grammar, text, kind):
+    from voxline.intents import normalize
+
+    assert recognize(text, grammar) is None
+    assert grammar.language("en").no_command_kind(normalize(text).split()) == kind
+
+
+def test_a_condition_on_the_listener_is_still_asked_now(grammar):
+    assert recognize("if you could pause the music", grammar).intent == "media.pause"

@@ -208,7 +208,8 @@ def domain_vocabulary(grammar: Grammar, lang: str = COMMAND_LANG) -> frozenset[s
 OTHER_THINGS = frozenset(
     "alarm alarms tv television telly oven stove hob dishwasher blinds curtains heating heater thermostat fan "
     "kettle door doors lock car remind reminder reminders calendar shopping weather phone fridge microwave vacuum "
-    "hoover".split())
+    "hoover laptop computer microphone mic webcam camera tablet notifications email emails messages washer "
+    "dryer".split())
 """English nouns of what this assistant cannot act on (other devices and skills): "turn off my alarm" and "mute
 the tv" are requests, but not for these intents, however the model rewrites them."""
 OWN_THINGS = frozenset(
