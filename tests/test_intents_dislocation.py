@@ -143,3 +143,19 @@ def test_what_someone_else_did_and_a_command_on_a_condition_open_as_no_command(g
 
 def test_a_condition_on_the_listener_is_still_asked_now(grammar):
     assert recognize("if you could pause the music", grammar).intent == "media.pause"
+
+
+@pytest.mark.parametrize("text, intent", [
+    ("i hate that one skip it", "media.next"),
+    ("i love this one turn it up", "media.volume_up"),
+    ("that one was awful next song please", "media.next"),
+])
+def test_one_after_a_determiner_in_an_aside_is_a_pronoun_not_a_number(grammar, text, intent):
+    match = recognize(text, grammar)
+    assert match is not None and match.intent == intent, (text, match)
+
+
+def test_a_number_in_an_aside_still_bars_it(grammar):
+    # a value the command could have taken is no aside: "for five minutes" may be the timer's
+    assert recognize("for five minutes set a timer", grammar) is None
+    assert recognize("in the kitchen turn on the lights", grammar) is None

@@ -22,6 +22,7 @@ Source file format (one language per file; later files extend or override earlie
       clause_verbs: [is, are]            #   within three words ("the phone is ringing", "the baby's asleep")
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
       not_before: [to, and]              # words that may not end one right before the command
+      not_values: [this one]             # phrases whose words are no slot's value there ("one" is a pronoun)
     repairs:                             # a speaker taking back what they just said ("pause the uh pause it",
       corrections: ["no", i mean]        # "five no ten minutes"): words that take it back (fillers hesitate)
       joiners: [and, then]               # words that add a second command rather than repair the first
@@ -87,7 +88,8 @@ ENGINE_REVISION = 9
 6: an utterance's edges are trimmed of skip words and fillers longest first across both.
 7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`).
 8: self-repairs: words a speaker took back are left out (`recognize._with_repair`, the skill file's `repairs`).
-9: left dislocation: an object named before the command stands for its pronoun (`recognize._with_dislocation`)."""
+9: left dislocation: an object named before the command stands for its pronoun (`recognize._with_dislocation`);
+an aside's `not_values` ("this one") hold no slot value."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -100,7 +102,7 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
-_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before")
+_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")
 NO_COMMAND_KIND = "no_command"

@@ -377,7 +377,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       someone else's words: "how do i | turn off the lights", "when i leave", "she said"; nor their "'s" forms,
       "the tv's too loud"), and no word a slot of
       the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
-      light);
+      light), unless it is in one of the language's `not_values` ("i hate this one | skip it": "one" is a pronoun);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
       by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
       `after_starts` word (a new subject: "im", "we", "because"), or with a subject and its verb
@@ -428,14 +428,16 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     if not first and not (any(tuple(words[:len(p)]) == p for p in asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
         return False
+    no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
+                if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
     for position in range(len(words)):
         if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
             return False
         # a word's "'s" form, as the normaliser writes it ("the tv's too loud": "tvs"), is the word
         if words[position].endswith("s") and (words[position][:-1],) in asides["not_with"]:
             return False
-        if any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
-               for slot_list in language.lists.values()):
+        if position not in no_value and any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
+                                            for slot_list in language.lists.values()):
             return False
     return True
 
