@@ -60,6 +60,16 @@ def test_a_slot_may_not_take_words_from_both_sides_of_the_pronoun():
     assert match is None or match.slots.get("query") != "me the beatles"
 
 
+def test_a_long_utterance_is_not_searched_for_a_topic():
+    from voxline.intents.recognize import MAX_DISLOCATION_WORDS
+
+    grammar = tiny(dislocation=DISLOCATION)
+    short = "the garage lights can you turn them off please"
+    assert recognize(short, grammar).intent == "l.off"
+    padding = " please" * (MAX_DISLOCATION_WORDS + 1 - len(short.split()))
+    assert recognize(short + padding, grammar) is None
+
+
 def test_dislocation_is_a_grammar_field_that_changes_the_version():
     assert tiny().version != tiny(dislocation=DISLOCATION).version
     with pytest.raises(GrammarError, match="single words"):

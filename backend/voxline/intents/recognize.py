@@ -315,6 +315,9 @@ def free_text_spans(found: Match, language: LanguageGrammar) -> list[tuple[int, 
 MAX_TOPIC_WORDS = 5
 """The longest noun phrase said before a command that names it again by a pronoun ("the kitchen lights | can you
 turn them on")."""
+MAX_DISLOCATION_WORDS = 12
+"""Longer utterances (or commands beside an aside) are not searched for a topic: a command with one is short ("the
+kitchen lights can you turn them on please" has nine words), and every topic and pronoun is a match to try."""
 
 
 def _with_dislocation(positions: list[int], tokens: list[str], language: LanguageGrammar,
@@ -334,7 +337,8 @@ def _with_dislocation(positions: list[int], tokens: list[str], language: Languag
     pronoun is no reading."""
     dislocation = language.dislocation
     words = [tokens[i] for i in positions]
-    if not dislocation["pronouns"] or not words or (words[0],) not in dislocation["topics"]:
+    if (not dislocation["pronouns"] or not words or len(words) > MAX_DISLOCATION_WORDS
+            or (words[0],) not in dislocation["topics"]):
         return None
     asides = language.asides
     found: list[Match] = []
