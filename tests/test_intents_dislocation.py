@@ -54,6 +54,13 @@ def test_what_is_no_topic_is_not_read_as_one(text):
     assert match is None or match.intent != "m.stop" and match.intent != "l.off", text
 
 
+def test_a_topic_is_refused_for_the_words_an_aside_is_refused_for():
+    # the "'s" form of a `not_with` word is the word, in a topic as in an aside
+    grammar = tiny(dislocation=DISLOCATION)
+    assert recognize("the radio play it", grammar).slots == {"query": "the radio"}
+    assert recognize("the tv's remote play it", grammar) is None
+
+
 def test_a_slot_may_not_take_words_from_both_sides_of_the_pronoun():
     # "play me <the beatles>" would give the song's name words said after the topic and the topic itself
     match = recognize("the beatles play me it", tiny(dislocation=DISLOCATION))

@@ -343,10 +343,10 @@ def _with_dislocation(positions: list[int], tokens: list[str], language: Languag
     asides = language.asides
     found: list[Match] = []
     for length in range(1, min(MAX_TOPIC_WORDS, len(words) - 1) + 1):
-        word = words[length - 1]
+        word, topic_words = words[length - 1], words[:length]
         if ((word,) in dislocation["pronouns"] or (word,) in asides["clause_verbs"]
-                or (word,) in asides["not_with"]):
-            break  # a longer topic holds the same word
+                or any(_not_with_at(topic_words, i, asides) for i in range(length))):
+            break  # a longer topic holds the same words
         topic = positions[:length]
         for k in range(length, len(words)):
             if (words[k],) not in dislocation["pronouns"]:
@@ -435,15 +435,20 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
                 if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
     for position in range(len(words)):
-        if any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"]):
-            return False
-        # a word's "'s" form, as the normaliser writes it ("the tv's too loud": "tvs"), is the word
-        if words[position].endswith("s") and (words[position][:-1],) in asides["not_with"]:
+        if _not_with_at(words, position, asides):
             return False
         if position not in no_value and any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
                                             for slot_list in language.lists.values()):
             return False
     return True
+
+
+def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
+    """Whether one of the language's `asides.not_with` phrases starts at `position` of `words`, or the word there is
+    the "'s" form of one, as the normaliser writes it ("the tv's too loud": "tvs")."""
+    word = words[position]
+    return (any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"])
+            or word.endswith("s") and (word[:-1],) in asides["not_with"])
 
 
 SUBJECT_VERB_WINDOW = 3
