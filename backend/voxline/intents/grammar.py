@@ -186,10 +186,7 @@ class LanguageGrammar:
                     raise GrammarError(f"{lang}: the no-command opening {phrase!r} is of two kinds, "
                                        f"{self.no_command_kinds[opening]} and {kind}")
         self.no_command_openings: tuple[tuple[str, ...], ...] = tuple(sorted(self.no_command_kinds))
-        asides = data.get("asides", {})
-        self.asides: dict[str, frozenset[tuple[str, ...]]] = {
-            key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in asides.get(key, []))
-            for key in _ASIDE_KEYS}
+        self.asides = _phrase_sets(data.get("asides", {}), _ASIDE_KEYS)
         """What tells a clause beside a command from part of it (see `recognize`); empty: no asides."""
         repairs = data.get("repairs", {})
         self.repairs: dict[str, tuple[tuple[str, ...], ...]] = {
@@ -200,10 +197,7 @@ class LanguageGrammar:
         longest first; empty: no repairs."""
         if any(("",) in phrases for phrases in self.repairs.values()):
             raise GrammarError(f"{lang}: a repairs phrase normalises to nothing")
-        dislocation = data.get("dislocation", {})
-        self.dislocation: dict[str, frozenset[tuple[str, ...]]] = {
-            key: frozenset(tuple(normalize(word).split(" ")) for word in dislocation.get(key, []))
-            for key in _DISLOCATION_KEYS}
+        self.dislocation = _phrase_sets(data.get("dislocation", {}), _DISLOCATION_KEYS)
         """Words a topic named before a command opens with, and the pronouns that stand for it in the command (see
         `recognize._with_dislocation`); no pronouns: no dislocation."""
         if any(len(words) != 1 for words in self.dislocation["pronouns"] | self.dislocation["topics"]):
@@ -526,6 +520,11 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise GrammarError(f"{where}: expected a mapping, got {type(value).__name__}")
     return value
+
+
+def _phrase_sets(section: Mapping[str, Any], keys: Sequence[str]) -> dict[str, frozenset[tuple[str, ...]]]:
+    """A compiled section of word lists by key (`asides`, `dislocation`): each key's phrases as normalised words."""
+    return {key: frozenset(tuple(normalize(phrase).split(" ")) for phrase in section.get(key, [])) for key in keys}
 
 
 def _opening_kinds(value: Any, where: str) -> dict[str, list[str]]:
