@@ -533,9 +533,54 @@ def test_read_as_comes_from_the_skill_file(tmp_path):
     path.write_text("language: en\nread_as: {my: a}\nintents:\n  a.lock: {sentences: [lock the door]}\n")
     with pytest.raises(GrammarError, match="no template has"):
         load_grammar([path])
-    path.write_text("language: en\nread_as: {my own: the}\nintents:\n  a.lock: {sentences: [lock the door]}\n")
-    with pytest.raises(GrammarError, match="single words"):
+    path.write_text("language: en\nread_as: {my: my}\nintents:\n  a.lock: {sentences: [lock my door]}\n")
+    with pytest.raises(GrammarError, match="two different phrases"):
         load_grammar([path])
+
+
+def test_a_phrase_may_be_read_as_other_words(tmp_path):
+    """`read_as` takes phrases: the words said stand for the template's words where a template has them, in the trie
+    and the linear scan alike, and the endpointing searches see a phrase not yet finished as one that may go on."""
+    from voxline.intents import load_grammar
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nread_as: {can i have: i want, gimme: give me}\n"
+                    "lists:\n  what: {wildcard: {max_tokens: 3}}\n"
+                    "intents:\n  a.lock: {sentences: [i want the door locked]}\n"
+                    "  a.give: {sentences: ['give me {what}']}\n")
+    grammar = load_grammar([path])
+    for index in (True, False):
+        assert recognize("can i have the door locked", grammar, index=index).intent == "a.lock"
+        assert recognize("i want the door locked", grammar, index=index).intent == "a.lock"
+        match = recognize("gimme the key", grammar, index=index)
+        assert (match.intent, match.slots, match.spans) == ("a.give", {"what": "the key"}, {"what": (6, 13)})
+        # only where a template has the words it is read as, and only whole
+        assert recognize("can i have the door", grammar, index=index) is None
+        assert recognize("can have the door locked", grammar, index=index) is None
+        assert recognize("i have the door locked", grammar, index=index) is None
+    assert is_prefix("can i", grammar) and is_prefix("can i have the door", grammar)
+    assert not is_prefix("can you", grammar)
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    ("can i have it a little louder", "media.volume_up", {}),
+    ("could we get a timer for twenty minutes", "timer.set", {"seconds": 1200}),
+    ("can i get the volume at thirty", "media.volume_set", {"level": 30}),
+    ("may i have the sound back please", "media.unmute", {}),
+    ("can i hear some bob marley", "media.play", {"query": "bob marley"}),
+    ("can we listen to the radio", "media.play", {"query": "the radio"}),
+    ("could i get the time", "clock.time", {}),
+    ("can we have another track", "media.next", {}),
+])
+def test_asking_to_have_something_is_wanting_it(grammar, text, intent, slots):
+    match = recognize(text, grammar)
+    assert match is not None and (match.intent, match.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize("text", ["can i have a word", "can i get a glass of water", "can we have a chat about the music",
+                                  "can i have the lights"])
+def test_asking_to_have_what_no_command_wants_is_no_command(grammar, text):
+    assert recognize(text, grammar) is None
 
 
 def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_path):

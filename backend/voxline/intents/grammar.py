@@ -10,8 +10,8 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
-    read_as: {my: the}                   # a word that may stand where a template has another ("turn off my
-                                         # lights"); a slot's value keeps the words as said
+    read_as: {my: the, can i get: set}   # words that may stand where a template has others ("set my volume
+                                         # to 5", "can i get the volume to 5"); a slot's value keeps them as said
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
       question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
       negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
@@ -53,7 +53,7 @@ them replaced with ``replace: true``), its ``confirm`` replaced when given and i
 ``values`` lists of one name merge (a repeated value gains the new synonyms) unless the later says
 ``replace: true``; any other list, and a rule, is replaced by the later definition. Skip words, fillers, no-command
 openings and the words of ``asides`` accumulate; a later ``sound_alike`` or ``read_as`` entry for the
-same word replaces the earlier one.
+same words replaces the earlier one.
 
 The compiled dict is canonical (sorted keys, sorted ``requires`` and ``skip_words``), so its `version` (the first
 16 hex digits of the sha256 of its canonical JSON) changes exactly when the grammar or the engine revision does:
@@ -80,7 +80,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 9
+ENGINE_REVISION = 10
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -89,7 +89,9 @@ ENGINE_REVISION = 9
 7: an utterance that opens with a no-command opening has no aside (`recognize._with_aside`).
 8: self-repairs: words a speaker took back are left out (`recognize._with_repair`, the skill file's `repairs`).
 9: left dislocation: an object named before the command stands for its pronoun (`recognize._with_dislocation`);
-an aside's `not_values` ("this one") hold no slot value."""
+an aside's `not_values` ("this one") hold no slot value.
+10: `read_as` phrases: words of an utterance that stand where templates have other words ("can i have" for
+"i want"), not only one word for one."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -167,14 +169,19 @@ class LanguageGrammar:
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
         """Skip words a recogniser may hear for the start of a word ("and" for "un"); see `recognize`."""
-        self.read_as: dict[str, str] = {}
-        """A word of an utterance that may stand where a template has another ("my" where it has "the"): matched as
-        either, never changed in a slot's value (checked below: one word each, read as a word of some template)."""
-        for word, as_word in sorted(data.get("read_as", {}).items()):
-            said, read = normalize(word), normalize(as_word)
-            if not said or not read or " " in said or " " in read or said == read:
-                raise GrammarError(f"{lang}: read_as {word!r}: {as_word!r} must be two different single words")
+        self.read_as: dict[tuple[str, ...], tuple[str, ...]] = {}
+        """Words of an utterance that may stand where templates have others ("my" where one has "the", "can i have"
+        where one has "i want"): matched as either, never changed in a slot's value (checked below: read as words
+        some template has)."""
+        for phrase, as_phrase in sorted(data.get("read_as", {}).items()):
+            said, read = tuple(normalize(phrase).split(" ")), tuple(normalize(as_phrase).split(" "))
+            if "" in said or "" in read or said == read:
+                raise GrammarError(f"{lang}: read_as {phrase!r}: {as_phrase!r} must be two different phrases")
             self.read_as[said] = read
+        self.read_as_by_first: dict[str, tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]] = {}
+        """`read_as` by the first word said, for the matcher."""
+        for said, read in self.read_as.items():
+            self.read_as_by_first[said[0]] = (*self.read_as_by_first.get(said[0], ()), (said, read))
         self.no_command_kinds: dict[tuple[str, ...], str] = {}
         """Openings of an utterance that is no command ("why", "dont"), each with its kind ("question", "negated"):
         a recogniser's command reading may not drop them (`voxline.intents.lexicon`), the server's classifier
@@ -217,7 +224,7 @@ class LanguageGrammar:
             element for template in self.templates for expansion in template.expansions for element in expansion
             if isinstance(element, str))
         """Every literal word of the templates."""
-        unread = sorted(word for word, read in self.read_as.items() if read not in self.words)
+        unread = sorted(" ".join(said) for said, read in self.read_as.items() if not self.words.issuperset(read))
         if unread:
             raise GrammarError(f"{lang}: read_as reads {unread} as words no template has")
         for opening in self.no_command_openings:

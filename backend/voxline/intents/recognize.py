@@ -523,7 +523,9 @@ def _changes(walk: _Walk, node: TrieNode, position: int, fills: tuple[_Fill, ...
     if position == len(walk.tokens):
         slots = json.dumps({fill.name: fill.value for fill in fills}, sort_keys=True)
         return any(_ahead_changes(walk, child, slots, meaning) for child in node.words.values()) or bool(node.slots)
-    if any(_changes(walk, child, position + 1, fills, meaning) for child in _word_children(walk, node, position)):
+    if any(_changes(walk, child, after, fills, meaning) for child, after in _word_children(walk, node, position)):
+        return True
+    if _may_read_on(walk, node, position):
         return True
     for slot, slot_child in node.slots.items():
         slot_list = walk.grammar.lists[slot.list_name]
@@ -649,16 +651,44 @@ def _without_fillers(tokens: list[str], kept: list[int], fillers: tuple[tuple[st
     return out
 
 
-def _literal_words(walk: _Walk, position: int) -> tuple[str, ...]:
-    """The template words the word at `position` may be: itself, and the word the language reads it as (`read_as`:
-    "my" where a template has "the"). Slots read the words as said."""
-    said = walk.tokens[position]
-    return (said, read) if (read := walk.grammar.read_as.get(said)) is not None else (said,)
+def _readings(walk: _Walk, position: int) -> Iterator[tuple[tuple[str, ...], int]]:
+    """The template words the words from `position` on may be, and where each reading ends: the word itself, and
+    every phrase the language reads the words said there as (`read_as`: "my" where a template has "the", "can i
+    have" where one has "i want"). Slots read the words as said."""
+    yield (walk.tokens[position],), position + 1
+    for said, read in walk.grammar.read_as_by_first.get(walk.tokens[position], ()):
+        end = position + len(said)
+        if tuple(walk.tokens[position:end]) == said:
+            yield read, end
 
 
-def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[TrieNode]:
-    """Where the word at `position` leads from `node` as a template's literal word (`_literal_words`)."""
-    return [child for word in _literal_words(walk, position) if (child := node.words.get(word)) is not None]
+def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[tuple[TrieNode, int]]:
+    """Where the words at `position` lead from `node` as a template's literal words (`_readings`), and the position
+    after them."""
+    out = []
+    for read, end in _readings(walk, position):
+        child: TrieNode | None = node
+        for word in read:
+            if (child := child.words.get(word)) is None:
+                break
+        else:
+            out.append((child, end))
+    return out
+
+
+def _may_read_on(walk: _Walk, node: TrieNode, position: int) -> bool:
+    """Whether the words from `position` to the end are the start of a phrase said for others (`read_as`) whose
+    reading leads on from `node`: "can i" of "can i have" (read "i want"). More words may make it a command."""
+    rest = tuple(walk.tokens[position:])
+    for said, read in walk.grammar.read_as_by_first.get(walk.tokens[position], ()):
+        if len(said) > len(rest) and said[: len(rest)] == rest:
+            child: TrieNode | None = node
+            for word in read:
+                if (child := child.words.get(word)) is None:
+                    break
+            else:
+                return True
+    return False
 
 
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:
@@ -679,8 +709,8 @@ def _walk_trie(
             walk.stats.templates += 1
             walk.candidates.append(_Candidate(end, fills, literal, wildcard))
         return
-    for child in _word_children(walk, node, position):
-        _walk_trie(walk, child, position + 1, fills, literal + 1, wildcard)
+    for child, after in _word_children(walk, node, position):
+        _walk_trie(walk, child, after, fills, literal + after - position, wildcard)
     for slot, slot_child in node.slots.items():
         is_free = _is_wildcard(walk, slot)
         for end, value in _slot_options(walk, slot, position):
@@ -717,8 +747,10 @@ def _match_elements(
         return
     element = elements[element_index]
     if isinstance(element, str):
-        if element in _literal_words(walk, position):
-            _match_elements(walk, end, elements, element_index + 1, position + 1, fills, literal + 1, wildcard)
+        for read, after in _readings(walk, position):
+            following = element_index + len(read)
+            if elements[element_index:following] == read:
+                _match_elements(walk, end, elements, following, after, fills, literal + after - position, wildcard)
         return
     is_free = _is_wildcard(walk, element)
     for slot_end, value in _slot_options(walk, element, position):
@@ -732,7 +764,9 @@ def _extends(walk: _Walk, node: TrieNode, position: int) -> bool:
     walk.step()
     if position == len(walk.tokens):
         return node.has_continuation()
-    if any(_extends(walk, child, position + 1) for child in _word_children(walk, node, position)):
+    if any(_extends(walk, child, after) for child, after in _word_children(walk, node, position)):
+        return True
+    if _may_read_on(walk, node, position):
         return True
     for slot, slot_child in node.slots.items():
         slot_list = walk.grammar.lists[slot.list_name]
