@@ -23,6 +23,8 @@ Source file format (one language per file; later files extend or override earlie
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
       not_before: [to, and]              # words that may not end one right before the command
       not_values: [this one]             # phrases whose words are no slot's value there ("one" is a pronoun)
+      subordinators: [so, while]         # what opens a clause of purpose or time after a command ("mute it so
+      subordinate_allows: [can, while]   # i can talk"): there these `not_with` words are part of the clause
     repairs:                             # a speaker taking back what they just said ("pause the uh pause it",
       corrections: ["no", i mean]        # "five no ten minutes"): words that take it back (fillers hesitate)
       joiners: [and, then]               # words that add a second command rather than repair the first
@@ -91,7 +93,8 @@ ENGINE_REVISION = 10
 9: left dislocation: an object named before the command stands for its pronoun (`recognize._with_dislocation`);
 an aside's `not_values` ("this one") hold no slot value.
 10: `read_as` phrases: words of an utterance that stand where templates have other words ("can i have" for
-"i want"), not only one word for one."""
+"i want"), not only one word for one; an aside after a command opened by a subordinator ("so", "while") may hold
+the `subordinate_allows` words ("so i can sleep")."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -104,7 +107,8 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
-_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values")
+_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
+               "subordinators", "subordinate_allows")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")
 NO_COMMAND_KIND = "no_command"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -406,9 +406,10 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
                 continue
-            # a split that cuts a command's words ("dont turn | off the lights") is no aside and command
+            # a split that cuts a command's words ("dont turn | off the lights") is no aside and command; a
+            # subordinator opens its clause ("so" is also a skip word: "turn it down so" matches, cutting nothing)
             joined = [aside[-1], *command] if first else [*command, aside[0]]
-            if match(joined) is not None:
+            if not (not first and _opens_with(tokens, aside, language.asides["subordinators"])) and match(joined):
                 continue
             got = match(command)
             if got is not None:
@@ -434,13 +435,23 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
         return False
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
                 if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
+    # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
+    # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
+    subordinate = not first and _opens_with(words, range(len(words)), asides["subordinators"])
     for position in range(len(words)):
-        if _not_with_at(words, position, asides):
+        allowed = subordinate and (words[position],) in asides["subordinate_allows"]
+        if _not_with_at(words, position, asides) and not allowed:
             return False
         if position not in no_value and any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
                                             for slot_list in language.lists.values()):
             return False
     return True
+
+
+def _opens_with(tokens: list[str], positions: Sequence[int], phrases: frozenset[tuple[str, ...]]) -> bool:
+    """Whether the words of `tokens` at `positions` open with one of `phrases`."""
+    words = tuple(tokens[i] for i in positions)
+    return any(words[:len(phrase)] == phrase for phrase in phrases)
 
 
 def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:

@@ -1,0 +1,95 @@
+"""Requests said as wanting, suggesting or needing something ("can i have it louder", "how about the next track"),
+a clause of purpose or time after a command ("turn it down so i can think"), and forms of other varieties of English
+(issue 13, the eighth round). The sentences here are my own, written for these tests; none is a line of an
+evaluation set."""
+
+from __future__ import annotations
+
+import pytest
+
+from voxline.intents import Grammar, builtin_grammar, compile_documents, recognize
+
+
+@pytest.fixture(scope="module")
+def grammar() -> Grammar:
+    return builtin_grammar()
+
+
+def tiny(asides: dict) -> Grammar:
+    document = {
+        "language": "en",
+        "intents": {"m.down": {"sentences": ["turn it down"]}, "m.stop": {"sentences": ["stop the music"]}},
+        "skip_words": ["please", "so"],
+        "asides": {"after_starts": ["so", "while"], "not_with": ["can", "you", "while", "tv"], **asides},
+    }
+    return Grammar.from_dict(compile_documents([document]))
+
+
+def test_a_clause_of_purpose_after_a_command_may_say_what_the_speaker_can_do():
+    before = tiny({})
+    assert recognize("turn it down so i can think", before) is None  # "can" made every clause none
+    grammar = tiny({"subordinators": ["so", "while"], "subordinate_allows": ["can", "while"]})
+    assert recognize("turn it down so i can think", grammar).intent == "m.down"
+    assert recognize("stop the music while i take a call", grammar).intent == "m.stop"
+    # the clause is still no question to the assistant, nor about another device
+    assert recognize("turn it down so you can hear me", grammar) is None
+    assert recognize("turn it down so i can watch the tv", grammar) is None
+    # only a clause after the command; and only one opened by a subordinator
+    assert recognize("so i can think turn it down", grammar) is None
+    assert recognize("turn it down i can think", grammar) is None
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # wanting, suggesting, needing
+    ("how about the next song", "media.next", {}),
+    ("what about the previous track", "media.previous", {}),
+    ("let's have the volume at forty", "media.volume_set", {"level": 40}),
+    ("any chance of a timer for five minutes", "timer.set", {"seconds": 300}),
+    ("i'm gonna need a timer for two minutes", "timer.set", {"seconds": 120}),
+    ("i'm going to need you to mute it", "media.mute", {}),
+    ("let's hear the last song again", "media.previous", {}),
+    ("i want the last track back", "media.previous", {}),
+    # purpose and time after the command
+    ("turn it down so i can hear myself think", "media.volume_down", {}),
+    ("switch the lights on in the garage so i can find my keys", "lights.on", {"area": "garage"}),
+    ("mute the music while i'm on this call", "media.mute", {}),
+    ("stop the music because i'm heading out", "media.stop", {}),
+    # how completely, how long
+    ("turn the music off for the night", "media.stop", {}),
+    ("stop the podcast entirely", "media.stop", {}),
+    ("mute it for the moment", "media.mute", {}),
+    # other varieties of English
+    ("kindly switch off the bedroom light", "lights.off", {"area": "bedroom"}),
+    ("on the light in the kitchen", "lights.on", {"area": "kitchen"}),
+    ("off the lights for the garage", "lights.off", {"area": "garage"}),
+    ("can skip this song or not", "media.next", {}),
+    ("reduce the volume small", "media.volume_down", {}),
+    ("next song yaar", "media.next", {}),
+    # the assistant's own talk, the clock, the mute
+    ("you can stop there", "assistant.stop", {}),
+    ("stop reading it out", "assistant.stop", {}),
+    ("no more chatter", "assistant.stop", {}),
+    ("have you the time on you", "clock.time", {}),
+    ("any idea what time it is", "clock.time", {}),
+    ("take the podcast off pause", "media.resume", {}),
+    ("remove the mute", "media.unmute", {}),
+    ("make it on mute", "media.mute", {}),
+])
+def test_requests_of_the_eighth_round(grammar, text, intent, slots):
+    match = recognize(text, grammar)
+    assert match is not None and (match.intent, match.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize("text", [
+    "how about the weather",
+    "any chance of rain tomorrow",
+    "let's have dinner",
+    "i'm gonna need a bigger boat",
+    "the kids go and play in the garden",
+    "mute it so you can hear me",
+    "turn the lights off so i can see if it works",
+    "can you stop the tv so i can sleep",
+    "what about the timer",
+])
+def test_what_only_looks_like_such_a_request_is_no_command(grammar, text):
+    assert recognize(text, grammar) is None
