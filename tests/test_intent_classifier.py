@@ -292,6 +292,11 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("he paused the film halfway", "statement"), ("they muted the match", "statement"),
     ("if it gets late switch the lights off", "condition"), ("unless i say so keep the music on", "condition"),
     ("if you could turn it down", None),
+    # what someone else told the speaker, a wish about what cannot be (the eighth round); not the speaker's own
+    # request said again
+    ("my boss told me to mute the call", None), ("he told me to skip the intro", "reported"),
+    ("she asked me to turn the lights off", "reported"), ("i wish i could skip mondays", "wish"),
+    ("if only the timer had gone off", "wish"), ("i told you to pause it", None),
     # what the speakers do themselves, said of themselves
     ("i paused the movie for a snack", "statement"), ("we turned the heating off", "statement"),
     ("i set a timer for ten minutes", "statement"), ("i'd like the music paused", None),

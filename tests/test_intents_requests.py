@@ -70,6 +70,7 @@ def test_a_clause_of_purpose_after_a_command_may_say_what_the_speaker_can_do():
     ("stop reading it out", "assistant.stop", {}),
     ("no more chatter", "assistant.stop", {}),
     ("have you the time on you", "clock.time", {}),
+    ("play chess club radio", "media.play", {"query": "chess club radio"}),
     ("any idea what time it is", "clock.time", {}),
     ("take the podcast off pause", "media.resume", {}),
     ("remove the mute", "media.unmute", {}),
@@ -90,6 +91,22 @@ def test_requests_of_the_eighth_round(grammar, text, intent, slots):
     "turn the lights off so i can see if it works",
     "can you stop the tv so i can sleep",
     "what about the timer",
+    # a game, a sport or an instrument is nothing to play here; a name that begins with one is
+    "can you play chess",
+    "i want to play the piano",
+    "let's play football",
 ])
 def test_what_only_looks_like_such_a_request_is_no_command(grammar, text):
     assert recognize(text, grammar) is None
+
+
+def test_a_wildcard_may_not_be_one_of_its_excluded_values_whole(tmp_path):
+    from voxline.intents import load_grammar
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nlists:\n  query: {wildcard: {max_tokens: 4, exclude_values: [chess, the piano]}}\n"
+                    "intents:\n  m.play: {sentences: ['play {query}']}\n")
+    grammar = load_grammar([path])
+    assert recognize("play chess", grammar) is None and recognize("play the piano", grammar) is None
+    assert recognize("play the piano man", grammar).slots == {"query": "the piano man"}
+    assert recognize("play chess boxing", grammar).slots == {"query": "chess boxing"}

@@ -38,7 +38,7 @@ Source file format (one language per file; later files extend or override earlie
         values: [kitchen, {value: living_room, synonyms: [living room, lounge]}]
       level: {number: {min: 0, max: 100}}
       seconds: {duration: {min: 1, max: 86400}}
-      query: {wildcard: {max_tokens: 8, exclude_first: [with, it]}}
+      query: {wildcard: {max_tokens: 8, exclude_first: [with, it], exclude_values: [chess]}}
     intents:
       media.volume_set:
         requires: [level]                # every template must fill these slots (checked at load)
@@ -479,6 +479,8 @@ def _compile_list(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
             "kind": "wildcard",
             "max_tokens": int(options.get("max_tokens", 8)),
             "exclude_first": sorted(set(_strings(options.get("exclude_first", []), where))),
+            **({"exclude_values": sorted(set(_strings(options["exclude_values"], where)))}
+               if options.get("exclude_values") else {}),
         }
     raise GrammarError(f"{where}: unknown list kind {kind!r} (values, number, duration or wildcard)")
 

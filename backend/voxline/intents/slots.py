@@ -7,8 +7,8 @@ Four kinds, each built from its compiled (JSON-able) form by `slot_list_from_dic
 - ``number``: a spoken or written number within ``min``..``max`` ("thirty", "30", "三十").
 - ``duration``: a spoken duration in seconds within ``min``..``max`` ("an hour and a half" → 5400).
 - ``wildcard``: free text of 1..``max_tokens`` tokens, such as a song to play. Free text is where a grammar loses
-  precision, so a wildcard may not begin with a word of ``exclude_first``, and the grammar only accepts a
-  wildcard right after a literal word (a verb anchors it).
+  precision, so a wildcard may not begin with a word of ``exclude_first`` nor be one of ``exclude_values`` whole,
+  and the grammar only accepts a wildcard right after a literal word (a verb anchors it).
 
 Every kind answers two questions about the tokens from a position on: `consume` (every way a value may end
 there, with its value) and `can_extend` (could these remaining tokens be the start of a longer value; used by
@@ -160,13 +160,17 @@ class Wildcard:
     max_tokens: int = WILDCARD_DEFAULT_MAX_TOKENS
     exclude_first: frozenset[str] = frozenset()
     """Normalised words a value may not begin with ("play with the dog" is not a song)."""
+    exclude_values: frozenset[tuple[str, ...]] = frozenset()
+    """Normalised phrases a value may not be, whole ("play chess", "play the piano": a game, an instrument); a
+    longer value that begins with one is still a value ("play chess club radio")."""
     kind: str = field(default="wildcard", init=False)
 
     def consume(self, tokens: Sequence[str], start: int) -> list[tuple[int, SlotValue]]:
         if start >= len(tokens) or tokens[start] in self.exclude_first:
             return []
         last = min(len(tokens), start + self.max_tokens)
-        return [(end, surface(tokens[start:end])) for end in range(start + 1, last + 1)]
+        return [(end, surface(tokens[start:end])) for end in range(start + 1, last + 1)
+                if tuple(tokens[start:end]) not in self.exclude_values]
 
     def can_extend(self, tokens: Sequence[str], start: int) -> bool:
         rest = tokens[start:]
@@ -176,7 +180,8 @@ class Wildcard:
         return str(value)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "max_tokens": self.max_tokens, "exclude_first": sorted(self.exclude_first)}
+        return {"kind": self.kind, "max_tokens": self.max_tokens, "exclude_first": sorted(self.exclude_first),
+                **({"exclude_values": sorted(" ".join(v) for v in self.exclude_values)} if self.exclude_values else {})}
 
 
 SlotList = ValueList | NumberRange | DurationRange | Wildcard
@@ -212,7 +217,8 @@ def slot_list_from_dict(name: str, data: Any, lang: str) -> SlotList:
             return DurationRange(lang, data["min"], data["max"])
         if kind == "wildcard":
             excluded = frozenset(normalize(str(word)) for word in data.get("exclude_first", ()))
-            return Wildcard(int(data.get("max_tokens", WILDCARD_DEFAULT_MAX_TOKENS)), excluded)
+            not_values = frozenset(tuple(normalize(str(phrase)).split(" ")) for phrase in data.get("exclude_values", ()))
+            return Wildcard(int(data.get("max_tokens", WILDCARD_DEFAULT_MAX_TOKENS)), excluded, not_values)
     except (KeyError, TypeError, ValueError) as error:
         raise GrammarError(f"list {name!r} of kind {kind!r} is malformed: {error!r}") from error
     raise GrammarError(f"list {name!r}: unknown kind {kind!r} (values, number, duration or wildcard)")
