@@ -44,7 +44,7 @@ _EN_UNITS = {
     "minute": 60, "minutes": 60, "min": 60, "mins": 60,
     "second": 1, "seconds": 1, "sec": 1, "secs": 1,
 }
-_EN_DURATION_WORDS = _EN_NUMBER_WORDS | _EN_ARTICLES | frozenset(_EN_UNITS) | {"half", "quarter", "of"}
+_EN_DURATION_WORDS = _EN_NUMBER_WORDS | _EN_ARTICLES | frozenset(_EN_UNITS) | {"half", "quarter", "quarters", "of"}
 
 _ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _ZH_UNITS = {"十": 10, "百": 100, "千": 1000}
@@ -244,9 +244,14 @@ def _en_duration_parts(tokens: list[str], start: int) -> list[tuple[int, float, 
         if unit is None:
             continue
         found.append((end + 1, quantity * unit, unit))
-        if tokens[end + 1 : end + 4] == ["and", "a", "half"]:
-            found.append((end + 4, (quantity + 0.5) * unit, unit))
+        for fraction, part in _EN_FRACTIONS_AFTER.items():
+            if tuple(tokens[end + 1 : end + 1 + len(fraction)]) == fraction:
+                found.append((end + 1 + len(fraction), (quantity + part) * unit, unit))
     return found
+
+
+_EN_FRACTIONS_AFTER = {("and", "a", "half"): 0.5, ("and", "a", "quarter"): 0.25, ("and", "three", "quarters"): 0.75}
+"""What a unit or an amount may be followed by: "an hour and a quarter", "two and a half minutes"."""
 
 
 def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
@@ -255,8 +260,8 @@ def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
     window = tokens[start : start + 4]
     if window[:1] and window[0] in _EN_ARTICLES:
         found.append((start + 1, 1.0))
-    if start == 0 and len(window) == 4 and window[0] in _EN_UNITS and window[1:] == ["and", "a", "half"]:
-        found.append((start, 1.0))  # "hour and a half": the unit alone, but only where a half follows it
+    if start == 0 and len(window) == 4 and window[0] in _EN_UNITS and tuple(window[1:]) in _EN_FRACTIONS_AFTER:
+        found.append((start, 1.0))  # "hour and a half": the unit alone, but only where a fraction follows it
     if len(window) >= 2 and window[0] == "half" and window[1] in _EN_ARTICLES:
         found.append((start + 2, 0.5))
     if window[:2] == ["a", "half"]:
@@ -264,13 +269,17 @@ def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
     for quarter in (["a", "quarter", "of", "an"], ["quarter", "of", "an"], ["a", "quarter"], ["quarter"]):
         if window[: len(quarter)] == quarter:
             found.append((start + len(quarter), 0.25))
+    for quarters in (["three", "quarters", "of", "an"], ["three", "quarters", "of", "a"]):
+        if window[: len(quarters)] == quarters:
+            found.append((start + len(quarters), 0.75))
     for end in range(start + 1, min(len(tokens), start + MAX_NUMBER_TOKENS) + 1):
         value = parse_number(tokens[start:end], "en")
         if value is None:
             continue
         found.append((end, float(value)))
-        if tokens[end : end + 3] == ["and", "a", "half"]:
-            found.append((end + 3, value + 0.5))
+        for fraction, part in _EN_FRACTIONS_AFTER.items():
+            if tuple(tokens[end : end + len(fraction)]) == fraction:
+                found.append((end + len(fraction), value + part))
     return found
 
 
