@@ -583,6 +583,24 @@ def test_asking_to_have_what_no_command_wants_is_no_command(grammar, text):
     assert recognize(text, grammar) is None
 
 
+def test_no_command_openings_may_be_written_with_alternatives(tmp_path):
+    """"(he|she) (paused|muted)" is four openings, compiled to the same grammar as the four written out."""
+    from voxline.intents import GrammarError, load_grammar
+
+    path = tmp_path / "mini.yaml"
+    written = tmp_path / "written.yaml"
+    intents = "intents:\n  m.pause: {sentences: [pause the music]}\n"
+    path.write_text('language: en\nno_command_openings:\n  statement: ["(he|she) (paused|muted)", why]\n' + intents)
+    written.write_text("language: en\nno_command_openings:\n  statement: [he paused, he muted, she paused, she muted, "
+                       "why]\n" + intents)
+    grammar = load_grammar([path])
+    assert grammar.version == load_grammar([written]).version
+    assert grammar.language("en").no_command_kind(["she", "muted", "the", "music"]) == "statement"
+    path.write_text('language: en\nno_command_openings:\n  statement: ["(he|she) {what}"]\n' + intents)
+    with pytest.raises(GrammarError, match="words only"):
+        load_grammar([path])
+
+
 def test_no_command_openings_come_from_the_skill_file_and_open_no_template(tmp_path):
     from voxline.intents import GrammarError, load_grammar
     from voxline.intents.lexicon import decoding_lexicon

@@ -15,7 +15,8 @@ Source file format (one language per file; later files extend or override earlie
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
       question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
       negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
-                                         # bare list is of the kind `no_command`)
+      statement: ["(he|she) (paused|muted)"]  # bare list is of the kind `no_command`); alternatives are written
+                                         # out at compile time
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
       after_subjects: [the, my]          # ... or a subject's determiner, when a `clause_verbs` word follows
@@ -517,7 +518,8 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
             **({"read_as": dict(_mapping(data["read_as"], f"{lang} read_as"))} if data.get("read_as") else {}),
-            **({"no_command_openings": {kind: sorted(set(phrases)) for kind, phrases in
+            **({"no_command_openings": {kind: sorted(set(_expanded_openings(phrases, f"{lang} {kind}")))
+                                        for kind, phrases in
                                         sorted(_opening_kinds(data["no_command_openings"], lang).items())}}
                if data.get("no_command_openings") else {}),
             **{section: {key: sorted(set(_strings(phrases, f"{lang} {section} {key}")))
@@ -552,6 +554,25 @@ def _opening_kinds(value: Any, where: str) -> dict[str, list[str]]:
             raise GrammarError(f"{where} no_command_openings: {kind!r} is no kind (a name such as question)")
         kinds[kind] = _strings(phrases, f"{where} no_command_openings {kind}")
     return kinds
+
+
+def _expanded_openings(phrases: list[str], where: str) -> list[str]:
+    """No-command openings with the alternatives of template syntax written out ("(he|she) (paused|muted)" is four
+    openings); a plain phrase stays as written. Openings take no slots nor rules."""
+    out = []
+    for phrase in phrases:
+        if not any(character in phrase for character in "()[]|"):
+            out.append(phrase)
+            continue
+        try:
+            expansions = expand(parse_template(phrase), {})
+        except GrammarError as error:
+            raise GrammarError(f"{where} no_command_openings {phrase!r}: {error.message}") from error
+        for words in expansions:
+            if not words or not all(isinstance(word, str) for word in words):
+                raise GrammarError(f"{where} no_command_openings {phrase!r}: an opening is words only")
+            out.append(" ".join(words))
+    return out
 
 
 def _string(value: Any, where: str) -> str:
