@@ -10,8 +10,8 @@ Source file format (one language per file; later files extend or override earlie
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
     sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
-    read_as: {my: the, can i get: set}   # words that may stand where a template has others ("set my volume
-                                         # to 5", "can i get the volume to 5"); a slot's value keeps them as said
+    read_as: {my: the, can i have: i want}  # words that may stand where a template has others ("set my volume
+                                         # to 5", "can i have the volume at 5"); a slot's value keeps them as said
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
       question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
       negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
@@ -46,6 +46,7 @@ Source file format (one language per file; later files extend or override earlie
         confirm: ["Volume {level}."]     # the first whose placeholders the match fills is used
         sentences:
           - "set the <volume> to {level} [percent|%]"
+          - "i want the <volume> at {level}"
 
 Template syntax is in the `expression` module. Quote templates in YAML: it reads a plain value that starts with
 ``[`` or ``{`` as a list or a mapping. A skill file may also be JSON with the same layout, which needs no PyYAML

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -409,7 +409,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command; a
             # subordinator opens its clause ("so" is also a skip word: "turn it down so" matches, cutting nothing)
             joined = [aside[-1], *command] if first else [*command, aside[0]]
-            if not (not first and _opens_with(tokens, aside, language.asides["subordinators"])) and match(joined):
+            opens_a_clause = not first and _opens_with([tokens[i] for i in aside], language.asides["subordinators"])
+            if not opens_a_clause and match(joined) is not None:
                 continue
             got = match(command)
             if got is not None:
@@ -437,7 +438,7 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
                 if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
-    subordinate = not first and _opens_with(words, range(len(words)), asides["subordinators"])
+    subordinate = not first and _opens_with(words, asides["subordinators"])
     for position in range(len(words)):
         allowed = subordinate and (words[position],) in asides["subordinate_allows"]
         if _not_with_at(words, position, asides) and not allowed:
@@ -448,10 +449,9 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     return True
 
 
-def _opens_with(tokens: list[str], positions: Sequence[int], phrases: frozenset[tuple[str, ...]]) -> bool:
-    """Whether the words of `tokens` at `positions` open with one of `phrases`."""
-    words = tuple(tokens[i] for i in positions)
-    return any(words[:len(phrase)] == phrase for phrase in phrases)
+def _opens_with(words: list[str], phrases: frozenset[tuple[str, ...]]) -> bool:
+    """Whether `words` open with one of `phrases`."""
+    return any(tuple(words[:len(phrase)]) == phrase for phrase in phrases)
 
 
 def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
@@ -673,33 +673,26 @@ def _readings(walk: _Walk, position: int) -> Iterator[tuple[tuple[str, ...], int
             yield read, end
 
 
+def _descend(node: TrieNode, words: tuple[str, ...]) -> TrieNode | None:
+    """Where the literal `words` lead from `node`, if the trie has them."""
+    for word in words:
+        if (node := node.words.get(word)) is None:
+            return None
+    return node
+
+
 def _word_children(walk: _Walk, node: TrieNode, position: int) -> list[tuple[TrieNode, int]]:
     """Where the words at `position` lead from `node` as a template's literal words (`_readings`), and the position
     after them."""
-    out = []
-    for read, end in _readings(walk, position):
-        child: TrieNode | None = node
-        for word in read:
-            if (child := child.words.get(word)) is None:
-                break
-        else:
-            out.append((child, end))
-    return out
+    return [(child, end) for read, end in _readings(walk, position) if (child := _descend(node, read)) is not None]
 
 
 def _may_read_on(walk: _Walk, node: TrieNode, position: int) -> bool:
     """Whether the words from `position` to the end are the start of a phrase said for others (`read_as`) whose
     reading leads on from `node`: "can i" of "can i have" (read "i want"). More words may make it a command."""
     rest = tuple(walk.tokens[position:])
-    for said, read in walk.grammar.read_as_by_first.get(walk.tokens[position], ()):
-        if len(said) > len(rest) and said[: len(rest)] == rest:
-            child: TrieNode | None = node
-            for word in read:
-                if (child := child.words.get(word)) is None:
-                    break
-            else:
-                return True
-    return False
+    return any(len(said) > len(rest) and said[: len(rest)] == rest and _descend(node, read) is not None
+               for said, read in walk.grammar.read_as_by_first.get(walk.tokens[position], ()))
 
 
 def _slot_options(walk: _Walk, slot: SlotRef, position: int) -> list[tuple[int, SlotValue]]:

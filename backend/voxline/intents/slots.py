@@ -217,7 +217,8 @@ def slot_list_from_dict(name: str, data: Any, lang: str) -> SlotList:
             return DurationRange(lang, data["min"], data["max"])
         if kind == "wildcard":
             excluded = frozenset(normalize(str(word)) for word in data.get("exclude_first", ()))
-            not_values = frozenset(tuple(normalize(str(phrase)).split(" ")) for phrase in data.get("exclude_values", ()))
+            not_values = frozenset(tuple(normalize(str(phrase)).split(" "))
+                                   for phrase in data.get("exclude_values", ()))
             return Wildcard(int(data.get("max_tokens", WILDCARD_DEFAULT_MAX_TOKENS)), excluded, not_values)
     except (KeyError, TypeError, ValueError) as error:
         raise GrammarError(f"list {name!r} of kind {kind!r} is malformed: {error!r}") from error
