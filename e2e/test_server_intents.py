@@ -17,7 +17,7 @@ from voxline.intents import builtin_grammar, recognize
 from e2e.conftest import settled_frames
 from e2e.harness import RECORD_EVENTS, ServerThread, launch_chromium, wait_for_js
 
-PARAPHRASE = "i'd like the lights on in the bedroom"
+PARAPHRASE = "get some light going in the bedroom"
 PRODUCT_LLM = "qwen2.5-0.5b-instruct-ct2"
 ENGINE_START_S = 14.0  # Pyodide starts while the fake microphone plays the lead silence
 
