@@ -191,6 +191,7 @@ def compare(server_url: str, profile_name: str | None, baseline_query: str, retu
     query = baseline_query.lstrip("&?")
     urls = {"voxline": server_url + "/", "baseline": f"{server_url}/?{query}"}
     ready: dict = {name: {"first": [], "returning": []} for name in urls}
+    phases: dict = {name: {"first": [], "returning": []} for name in urls}
     profile = PROFILES[profile_name] if profile_name else None
     with CountingProxy(profile) as proxy, sync_playwright() as pw:
         for round_ in range(rounds):
@@ -198,6 +199,8 @@ def compare(server_url: str, profile_name: str | None, baseline_query: str, retu
                 cold, warm = visit_series(pw, proxy, urls[name], DEMO_VOXLINE, returning, returns)
                 ready[name]["first"].append(cold["ready_ms"])
                 ready[name]["returning"].extend(w["ready_ms"] for w in warm)
+                for kind, visits in (("first", [cold]), ("returning", warm)):
+                    phases[name][kind].extend(_phase_ms(v["ready_reports"]) for v in visits)
                 print(f"round {round_ + 1} {name:8} first {cold['ready_ms'] / 1000:5.2f} s, returning "
                       + " / ".join(f"{w['ready_ms'] / 1000:.2f}" for w in warm) + " s", file=sys.stderr)
     figures = {name: {kind: {**summary(times), "all": times} for kind, times in kinds.items()}
@@ -205,8 +208,17 @@ def compare(server_url: str, profile_name: str | None, baseline_query: str, retu
     return {"server": server_url, "profile": profile_name or "loopback (unthrottled)", "page": "demo",
             "returning_visit": RETURNING_MODES[returning], "baseline_query": query, "rounds": rounds,
             "ready_ms": figures,
+            "phases_p50_ms": {name: {kind: {stage: summary([v[stage] for v in visits if stage in v])["p50"]
+                                            for stage in sorted({k for v in visits for k in v})}
+                                     for kind, visits in kinds.items()} for name, kinds in phases.items()},
             "ratio_p50": {kind: round(figures["voxline"][kind]["p50"] / figures["baseline"][kind]["p50"], 3)
                           for kind in ("first", "returning")}}
+
+
+def _phase_ms(report: dict) -> dict[str, float]:
+    """A visit's `voxline:ready` phases that are durations (ms), and the load's own time (`load_ms`)."""
+    durations = {k: v for k, v in (report.get("phases") or {}).items() if isinstance(v, (int, float))}
+    return {**durations, "load_ms": report["load_ms"]} if "load_ms" in report else durations
 
 
 def main(args) -> int:
