@@ -43,8 +43,15 @@ def test_without_dislocation_in_the_skill_file_the_topic_is_not_read():
     assert recognize("the garage lights turn them off", tiny()) is None
 
 
+def test_a_clause_is_no_topic_but_its_noun_phrase_may_be_the_pronouns_antecedent():
+    # "the garage lights are on" is a clause, not a topic; the pronoun names its noun phrase (`_with_antecedent`)
+    grammar = tiny(dislocation=DISLOCATION)
+    match = recognize("the garage lights are on turn them off", grammar)
+    assert (match.intent, match.slots) == ("l.off", {"area": "garage"})
+    assert recognize("the garage lights are on turn off", grammar) is None  # no pronoun: an area in an aside
+
+
 @pytest.mark.parametrize("text", [
-    "the garage lights are on turn them off",  # a clause, not a topic
     "the tv stop it",  # another device
     "music stop it",  # no determiner: no topic
     "the music it",  # nothing but the pronoun

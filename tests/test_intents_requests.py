@@ -124,3 +124,36 @@ def test_a_wildcard_may_not_be_one_of_its_excluded_values_whole(tmp_path):
     assert recognize("play chess", grammar) is None and recognize("play the piano", grammar) is None
     assert recognize("play the piano man", grammar).slots == {"query": "the piano man"}
     assert recognize("play chess boxing", grammar).slots == {"query": "chess boxing"}
+
+
+def test_a_pronoun_of_the_command_may_name_a_noun_phrase_of_the_clause_before_it():
+    document = {
+        "language": "en",
+        "intents": {"l.off": {"sentences": ["turn [the] {area} lights off"]}, "t.cancel": {"sentences": ["cancel the timer"]}},
+        "lists": {"area": {"values": ["kitchen", "bedroom"]}},
+        "skip_words": ["please"],
+        "dislocation": {"topics": ["the", "my"], "pronouns": ["it", "them"]},
+        "asides": {"not_with": ["you", "when"], "clause_verbs": ["is", "are"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    off = recognize("i dont need the kitchen lights turn them off", grammar)
+    assert (off.intent, off.slots) == ("l.off", {"area": "kitchen"})
+    assert recognize("im done with the timer cancel it please", grammar).intent == "t.cancel"
+    # the clause is still an aside: no question, no condition; an area outside the antecedent still bars it
+    assert recognize("did you want the kitchen lights turn them off", grammar) is None
+    assert recognize("when i leave the kitchen lights turn them off", grammar) is None
+    assert recognize("in the bedroom my kitchen lights turn them off", grammar) is None
+    # two antecedents that give two commands: none
+    assert recognize("forget the kitchen lights the bedroom lights turn them off", grammar) is None
+    # a verb ends the antecedent: "the kitchen lights are" is no noun phrase
+    assert recognize("the kitchen lights are annoying turn them off", grammar).slots == {"area": "kitchen"}
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    ("honestly i dont need the bedroom lights any more turn them off", "lights.off", {"area": "bedroom"}),
+    ("we are finished with the timer you can cancel it", "timer.cancel", {}),
+    ("no need for the lamp in the office now switch it off", "lights.off", {"area": "office"}),
+])
+def test_a_command_that_names_its_object_in_the_clause_before_it(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert found is not None and (found.intent, found.slots) == (intent, slots)

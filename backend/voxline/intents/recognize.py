@@ -401,10 +401,13 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         return None
     found: list[Match] = []
     n = len(tokens)
+    pronouns = language.dislocation["pronouns"]
     for length in range(MIN_ASIDE_WORDS, n):
         for aside, command, first in ((list(range(length)), list(range(length, n)), True),
                                       (list(range(n - length, n)), list(range(n - length)), False)):
-            if not _may_be_an_aside([tokens[i] for i in aside], language, first, len(command)):
+            plain = _may_be_an_aside([tokens[i] for i in aside], language, first, len(command))
+            refers_back = first and any((tokens[i],) in pronouns for i in command)
+            if not plain and not refers_back:
                 continue
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command; a
             # subordinator opens its clause ("so" is also a skip word: "turn it down so" matches, cutting nothing)
@@ -412,19 +415,58 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             opens_a_clause = not first and _opens_with([tokens[i] for i in aside], language.asides["subordinators"])
             if not opens_a_clause and match(joined) is not None:
                 continue
-            got = match(command)
+            got = match(command) if plain else None
             if got is not None:
                 found.append(got)
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
                 if also is not None:
                     found.append(also)
+            elif refers_back:
+                found.extend(_with_antecedent(aside, command, tokens, language, match))
     if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
         return None
     return found[0]
 
 
-def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, command_words: int) -> bool:
-    """Whether `words` may be a clause beside a command (see `_with_aside`); `first`: it comes before it."""
+def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], language: LanguageGrammar,
+                     match: Callable[[list[int]], Match | None]) -> list[Match]:
+    """The readings of a command that refers by a pronoun to a noun phrase of the clause before it, its
+    *antecedent*: "the hallway lights still on | turn it off" is "turn the hallway lights off", "no need for the
+    timer anymore | cancel it" is "cancel the timer". (A topic said alone before the command is `_with_dislocation`'s.)
+
+    The antecedent opens with one of `dislocation.topics`, has 2 to `MAX_TOPIC_WORDS` words and no pronoun, no
+    `asides.clause_verbs` word and no `asides.not_with` word; the clause around it must be an aside before a command
+    (`_may_be_an_aside`), except that the antecedent's own words may be slot values (the area the lights are in).
+    Every antecedent and pronoun is tried; the caller returns a command only when all readings agree ("the kids want
+    the frozen soundtrack | can you put it on" could play "the kids" or "the frozen soundtrack": none)."""
+    dislocation, asides = language.dislocation, language.asides
+    words = [tokens[i] for i in aside]
+    if len(command) + MAX_TOPIC_WORDS > MAX_DISLOCATION_WORDS:
+        return []
+    found: list[Match] = []
+    for start, opener in enumerate(words):
+        if (opener,) not in dislocation["topics"]:
+            continue
+        for end in range(start + 1, min(start + MAX_TOPIC_WORDS, len(words)) + 1):
+            last = words[end - 1]
+            if end > start + 1 and ((last,) in dislocation["pronouns"] or (last,) in asides["clause_verbs"]
+                                    or _not_with_at(words, end - 1, asides)):
+                break  # a longer antecedent holds the same words
+            if end == start + 1 or not _may_be_an_aside(words, language, True, len(command), range(start, end)):
+                continue
+            for k, position in enumerate(command):
+                if (tokens[position],) not in dislocation["pronouns"]:
+                    continue
+                got = match([*command[:k], *aside[start:end], *command[k + 1:]])
+                if got is not None and all(begin < finish for begin, finish in got.spans.values()):
+                    found.append(got)
+    return found
+
+
+def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, command_words: int,
+                     antecedent: range = range(0)) -> bool:
+    """Whether `words` may be a clause beside a command (see `_with_aside`); `first`: it comes before it. The words
+    of an `antecedent` (see `_with_antecedent`) go into the command, so they may be slot values."""
     asides = language.asides
     if len(words) < MIN_ASIDE_WORDS:
         return False
@@ -443,8 +485,9 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
         allowed = subordinate and (words[position],) in asides["subordinate_allows"]
         if _not_with_at(words, position, asides) and not allowed:
             return False
-        if position not in no_value and any(not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
-                                            for slot_list in language.lists.values()):
+        if position not in no_value and position not in antecedent and any(
+                not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
+                for slot_list in language.lists.values()):
             return False
     return True
 
