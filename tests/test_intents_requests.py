@@ -157,3 +157,28 @@ def test_a_pronoun_of_the_command_may_name_a_noun_phrase_of_the_clause_before_it
 def test_a_command_that_names_its_object_in_the_clause_before_it(grammar, text, intent, slots):
     found = recognize(text, grammar)
     assert found is not None and (found.intent, found.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    ("play um the sunday morning playlist", "media.play", {"query": "the sunday morning playlist"}),
+    ("play uh play some reggae", "media.play", {"query": "reggae"}),
+    ("mute it would ya", "media.mute", {}),
+    ("would you mind unpausing the radio", "media.resume", {}),
+    ("would you mind telling me the time", "clock.time", {}),
+    ("cancel the timer that we set", "timer.cancel", {}),
+    ("set a ten minute timer for the rice", "timer.set", {"seconds": 600}),
+    ("turn the music down for my dad", "media.volume_down", {}),
+])
+def test_requests_of_the_ninth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert found is not None and (found.intent, found.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize(("text", "read"), [
+    ("set a timer for the kitchen", None),  # an area is no purpose: which timer is meant is unclear
+    ("i hate cancelling the timer", None),  # a statement about doing it
+    ("play um", ("media.play", {})),  # the hesitation is not a name to play
+])
+def test_what_the_ninth_round_does_not_read(grammar, text, read):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == read, text
