@@ -168,6 +168,7 @@ def test_a_command_that_names_its_object_in_the_clause_before_it(grammar, text, 
     ("cancel the timer that we set", "timer.cancel", {}),
     ("set a ten minute timer for the rice", "timer.set", {"seconds": 600}),
     ("turn the music down for my dad", "media.volume_down", {}),
+    ("ok come off mute now", "media.unmute", {}),
 ])
 def test_requests_of_the_ninth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
