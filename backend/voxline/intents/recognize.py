@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -397,7 +397,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         return None
     # An utterance that opens as no command does (a question, a report, another device: the language's
     # `no_command_openings`) is not one with a clause before it either: "我刚 | 把计时器关了", "烤箱 | 定时二十分钟".
-    if any(tuple(tokens[:len(opening)]) == opening for opening in language.no_command_openings):
+    if _opens_with(tokens, language.no_command_openings):
         return None
     found: list[Match] = []
     n = len(tokens)
@@ -473,7 +473,7 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE
                   or any(tuple(words[len(words) - len(p):]) == p for p in asides["not_before"])):
         return False
-    if not first and not (any(tuple(words[:len(p)]) == p for p in asides["after_starts"])
+    if not first and not (_opens_with(words, asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
         return False
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
@@ -492,7 +492,7 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     return True
 
 
-def _opens_with(words: list[str], phrases: frozenset[tuple[str, ...]]) -> bool:
+def _opens_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` open with one of `phrases`."""
     return any(tuple(words[:len(phrase)]) == phrase for phrase in phrases)
 
