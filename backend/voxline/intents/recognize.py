@@ -434,11 +434,12 @@ def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], la
     *antecedent*: "the hallway lights still on | turn it off" is "turn the hallway lights off", "no need for the
     timer anymore | cancel it" is "cancel the timer". (A topic said alone before the command is `_with_dislocation`'s.)
 
-    The antecedent opens with one of `dislocation.topics`, has 2 to `MAX_TOPIC_WORDS` words and no pronoun, no
-    `asides.clause_verbs` word and no `asides.not_with` word; the clause around it must be an aside before a command
-    (`_may_be_an_aside`), except that the antecedent's own words may be slot values (the area the lights are in).
-    Every antecedent and pronoun is tried; the caller returns a command only when all readings agree ("the kids want
-    the frozen soundtrack | can you put it on" could play "the kids" or "the frozen soundtrack": none)."""
+    The antecedent opens with one of `dislocation.topics`, has 2 to `MAX_TOPIC_WORDS` words and no pronoun nor
+    `asides.clause_verbs` word; the clause around it must be an aside before a command (`_may_be_an_aside`: no
+    `not_with` word, ...), except that the antecedent's own words may be slot values (the area the lights are in).
+    The command, with the antecedent in, is no longer than `MAX_DISLOCATION_WORDS`. Every antecedent and pronoun is
+    tried; the caller returns a command only when all readings agree ("the kids want the frozen soundtrack | can you
+    put it on" could play "the kids" or "the frozen soundtrack": none)."""
     dislocation, asides = language.dislocation, language.asides
     words = [tokens[i] for i in aside]
     if len(command) + MAX_TOPIC_WORDS > MAX_DISLOCATION_WORDS:
@@ -449,8 +450,7 @@ def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], la
             continue
         for end in range(start + 1, min(start + MAX_TOPIC_WORDS, len(words)) + 1):
             last = words[end - 1]
-            if end > start + 1 and ((last,) in dislocation["pronouns"] or (last,) in asides["clause_verbs"]
-                                    or _not_with_at(words, end - 1, asides)):
+            if end > start + 1 and ((last,) in dislocation["pronouns"] or (last,) in asides["clause_verbs"]):
                 break  # a longer antecedent holds the same words
             if end == start + 1 or not _may_be_an_aside(words, language, True, len(command), range(start, end)):
                 continue
