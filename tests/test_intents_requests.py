@@ -153,6 +153,7 @@ def test_a_pronoun_of_the_command_may_name_a_noun_phrase_of_the_clause_before_it
     ("honestly i dont need the bedroom lights any more turn them off", "lights.off", {"area": "bedroom"}),
     ("we are finished with the timer you can cancel it", "timer.cancel", {}),
     ("no need for the lamp in the office now switch it off", "lights.off", {"area": "office"}),
+    ("we are going to the kitchen now switch the lights on in there", "lights.on", {"area": "kitchen"}),
 ])
 def test_a_command_that_names_its_object_in_the_clause_before_it(grammar, text, intent, slots):
     found = recognize(text, grammar)
