@@ -373,6 +373,10 @@ def test_skip_words_do_not_delay_endpointing(grammar):
     ("pause it my husband is on a call", "media.pause"),
     ("switch the lights off the film has started", "lights.off"),
     ("that song is too loud i'm trying to sleep", "media.volume_down"),  # a command opening with a word read as another
+    # a skip word at the edge between them belongs to neither ("thanks turn off the lights" is a command too)
+    ("great thanks turn off the lights", "lights.off"),
+    ("perfect thank you pause the music", "media.pause"),  # "you" of "thank you" is no one's subject
+    ("turn off the lights thanks i'm off to bed", "lights.off"),
 ])
 def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, intent):
     match = recognize(text, grammar)
@@ -405,6 +409,10 @@ def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, inte
     "the music at the party was way too loud",  # a word of degree binds to what follows ("way | too loud")
     "pause the music the one in the car",  # no verb of a clause of its own: the rest of the command, maybe
     "turn on the lights the bedroom is dark",  # the clause names a slot value: not every light
+    "we never say please turn off the lights",  # a one-word skip word ending an aside keeps its own rule
+    "she asked would you turn it off",  # someone else's words, whatever phrase ends them
+    "i asked you to turn off the lights",
+    "thanks for turning off the lights",
 ])
 def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
     assert recognize(text, grammar) is None, text

@@ -84,7 +84,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 11
+ENGINE_REVISION = 12
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -98,7 +98,9 @@ an aside's `not_values` ("this one") hold no slot value.
 "i want"), not only one word for one; an aside after a command opened by a subordinator ("so", "while") may hold
 the `subordinate_allows` words ("so i can sleep").
 11: a pronoun of a command may name a noun phrase of the clause before it, its antecedent ("no need for the timer
-anymore | cancel it": `recognize._with_antecedent`)."""
+anymore | cancel it": `recognize._with_antecedent`).
+12: a skip word at an aside's edge cuts no command ("great thanks | turn off the lights"), and a closing phrase of
+skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

@@ -405,15 +405,20 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     for length in range(MIN_ASIDE_WORDS, n):
         for aside, command, first in ((list(range(length)), list(range(length, n)), True),
                                       (list(range(n - length, n)), list(range(n - length)), False)):
-            plain = _may_be_an_aside([tokens[i] for i in aside], language, first, len(command))
+            words = [tokens[i] for i in aside]
+            plain = _may_be_an_aside(words, language, first, len(command))
             refers_back = first and any((tokens[i],) in pronouns for i in command)
             if not plain and not refers_back:
                 continue
-            # a split that cuts a command's words ("dont turn | off the lights") is no aside and command; a
-            # subordinator opens its clause ("so" is also a skip word: "turn it down so" matches, cutting nothing)
+            # a split that cuts a command's words ("dont turn | off the lights") is no aside and command. A skip
+            # word at the aside's edge is no command's word ("great thanks | turn off the lights": "thanks turn
+            # off the lights" matches, cutting nothing), nor is a subordinator that opens the
+            # clause after it ("turn it down | because the baby is asleep")
             joined = [aside[-1], *command] if first else [*command, aside[0]]
-            opens_a_clause = not first and _opens_with([tokens[i] for i in aside], language.asides["subordinators"])
-            if not opens_a_clause and match(joined) is not None:
+            at_skip_word = (_ends_with(words, language.skip_words) if first
+                            else _opens_with(words, language.skip_words))
+            opens_a_clause = not first and _opens_with(words, language.asides["subordinators"])
+            if not at_skip_word and not opens_a_clause and match(joined) is not None:
                 continue
             got = match(command) if plain else None
             if got is not None:
@@ -470,8 +475,9 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     asides = language.asides
     if len(words) < MIN_ASIDE_WORDS:
         return False
-    if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE
-                  or any(tuple(words[len(words) - len(p):]) == p for p in asides["not_before"])):
+    # a closing phrase said to the listener ("great thank you | pause the music") is checked as the skip words it is
+    own = _less_a_closing_phrase(words, language) if first else words
+    if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE or _ends_with(own, asides["not_before"])):
         return False
     if not first and not (_opens_with(words, asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
@@ -481,7 +487,7 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
     subordinate = not first and _opens_with(words, asides["subordinators"])
-    for position in range(len(words)):
+    for position in range(len(own)):
         allowed = subordinate and (words[position],) in asides["subordinate_allows"]
         if _not_with_at(words, position, asides) and not allowed:
             return False
@@ -492,9 +498,25 @@ def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, c
     return True
 
 
+def _less_a_closing_phrase(words: list[str], language: LanguageGrammar) -> list[str]:
+    """`words` without a skip phrase of two words or more that ends them ("great thank you": "great"). Such a phrase
+    is said whole, so a `not_before` or `not_with` word in it ("you", which binds to a verb after it, "i want you |
+    to ...", or is someone's subject) binds nothing; a one-word skip word keeps its own `not_before` entry ("we
+    never say please | turn it off")."""
+    for phrase in language.skip_words:
+        if 1 < len(phrase) < len(words) and tuple(words[len(words) - len(phrase):]) == phrase:
+            return words[:len(words) - len(phrase)]
+    return words
+
+
 def _opens_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` open with one of `phrases`."""
     return any(tuple(words[:len(phrase)]) == phrase for phrase in phrases)
+
+
+def _ends_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
+    """Whether `words` end with one of `phrases`."""
+    return any(len(phrase) <= len(words) and tuple(words[len(words) - len(phrase):]) == phrase for phrase in phrases)
 
 
 def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
