@@ -377,6 +377,9 @@ def test_skip_words_do_not_delay_endpointing(grammar):
     ("great thanks turn off the lights", "lights.off"),
     ("perfect thank you pause the music", "media.pause"),  # "you" of "thank you" is no one's subject
     ("turn off the lights thanks i'm off to bed", "lights.off"),
+    # a room named in the aside is its own where the command takes no room
+    ("i'm going to the kitchen pause the music", "media.pause"),
+    ("mute it i'm in the bathroom", "media.mute"),
 ])
 def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, intent):
     match = recognize(text, grammar)
@@ -413,6 +416,10 @@ def test_a_command_beside_a_clause_of_its_own_is_the_command(grammar, text, inte
     "she asked would you turn it off",  # someone else's words, whatever phrase ends them
     "i asked you to turn off the lights",
     "thanks for turning off the lights",
+    "i'm in the bedroom now turn off the lights",  # a room the command could take: which lights is not said
+    "in ten minutes turn off the lights",  # a duration or a number may say when: for later
+    "at 9 turn off the lights",
+    "i'm five minutes away turn it down",
 ])
 def test_a_clause_that_is_not_an_aside_makes_no_command(grammar, text):
     assert recognize(text, grammar) is None, text

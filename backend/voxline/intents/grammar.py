@@ -100,7 +100,8 @@ the `subordinate_allows` words ("so i can sleep").
 11: a pronoun of a command may name a noun phrase of the clause before it, its antecedent ("no need for the timer
 anymore | cancel it": `recognize._with_antecedent`).
 12: a skip word at an aside's edge cuts no command ("great thanks | turn off the lights"), and a closing phrase of
-skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words."""
+skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words;
+an area (a named value) in an aside bars only a command whose intent takes areas ("pause it | i'm off to the loo")."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -148,6 +149,8 @@ class Intent:
     """Slots every template fills."""
     slot_names: frozenset[str]
     """Every slot some template may fill."""
+    slot_lists: frozenset[str]
+    """Every list some template's slot takes its value from."""
 
 
 class LanguageGrammar:
@@ -271,7 +274,9 @@ class LanguageGrammar:
             for placeholder in CONFIRM_PLACEHOLDER.findall(text):
                 if placeholder not in slot_names and placeholder.removesuffix(SPOKEN_SUFFIX) not in slot_names:
                     raise GrammarError(f"{self.lang} {name}: confirmation {text!r} names unknown slot {placeholder!r}")
-        return Intent(name, tuple(templates), tuple(spec["confirm"]), requires, frozenset(slot_names))
+        slot_lists = frozenset(element.list_name for template in templates for expansion in template.expansions
+                               for element in expansion if isinstance(element, SlotRef))
+        return Intent(name, tuple(templates), tuple(spec["confirm"]), requires, frozenset(slot_names), slot_lists)
 
     def _check_expansion(self, where: str, elements: tuple[Element, ...], requires: frozenset[str]) -> set[str]:
         if not elements:

@@ -36,7 +36,7 @@ from typing import Any
 from voxline.intents.expression import Element, SlotRef
 from voxline.intents.grammar import CONFIRM_PLACEHOLDER, SPOKEN_SUFFIX, Grammar, LanguageGrammar, Template
 from voxline.intents.normalize import normalize
-from voxline.intents.slots import SlotList, SlotValue, Wildcard
+from voxline.intents.slots import SlotList, SlotValue, ValueList, Wildcard
 from voxline.intents.trie import TemplateEnd, TrieNode
 
 MAX_MATCH_STEPS = 100_000
@@ -379,9 +379,11 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       beside it ("dont turn | off the lights" cuts "turn off the lights");
     - the aside has `MIN_ASIDE_WORDS` or more, none of the language's `not_with` words (questions, conditions,
       someone else's words: "how do i | turn off the lights", "when i leave", "she said"; nor their "'s" forms,
-      "the tv's too loud"), and no word a slot of
-      the grammar could take (an area, a number: "in the kitchen | turn on the lights" must not turn on every
-      light), unless it is in one of the language's `not_values` ("i hate this one | skip it": "one" is a pronoun);
+      "the tv's too loud"), and no word a slot of the command's intent could take (an area, a number: "in the
+      kitchen | turn on the lights" must not turn on every light), unless it is in one of the language's
+      `not_values` ("i hate this one | skip it": "one" is a pronoun); a named value no slot of the command takes
+      is the aside's own ("pause it | im running to the loo"), a number or a duration never is ("in ten minutes |
+      turn off the lights" is for later);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
       by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
       `after_starts` word (a new subject: "im", "we", "because"), or with a subject and its verb
@@ -406,7 +408,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         for aside, command, first in ((list(range(length)), list(range(length, n)), True),
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             words = [tokens[i] for i in aside]
-            plain = _may_be_an_aside(words, language, first, len(command))
+            named = _aside_values(words, language, first, len(command))
+            plain = named is not None
             refers_back = first and any((tokens[i],) in pronouns for i in command)
             if not plain and not refers_back:
                 continue
@@ -421,6 +424,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             if not at_skip_word and not opens_a_clause and match(joined) is not None:
                 continue
             got = match(command) if plain else None
+            if got is not None and named & language.intents[got.intent].slot_lists:
+                continue  # the aside names what the command could have held: "in the kitchen | turn on the lights"
             if got is not None:
                 found.append(got)
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
@@ -440,7 +445,7 @@ def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], la
     timer anymore | cancel it" is "cancel the timer". (A topic said alone before the command is `_with_dislocation`'s.)
 
     The antecedent opens with one of `dislocation.topics`, has 2 to `MAX_TOPIC_WORDS` words and no pronoun nor
-    `asides.clause_verbs` word; the clause around it must be an aside before a command (`_may_be_an_aside`: no
+    `asides.clause_verbs` word; the clause around it must be an aside before a command (`_aside_values`: no
     `not_with` word, ...), except that the antecedent's own words may be slot values (the area the lights are in).
     The command, with the antecedent in, is no longer than `MAX_DISLOCATION_WORDS`. Every antecedent and pronoun is
     tried; the caller returns a command only when all readings agree ("the kids want the frozen soundtrack | can you
@@ -457,45 +462,55 @@ def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], la
             last = words[end - 1]
             if end > start + 1 and ((last,) in dislocation["pronouns"] or (last,) in asides["clause_verbs"]):
                 break  # a longer antecedent holds the same words
-            if end == start + 1 or not _may_be_an_aside(words, language, True, len(command), range(start, end)):
+            named = None if end == start + 1 else _aside_values(words, language, True, len(command),
+                                                                   range(start, end))
+            if named is None:
                 continue
             for k, position in enumerate(command):
                 if (tokens[position],) not in dislocation["pronouns"]:
                     continue
                 got = match([*command[:k], *aside[start:end], *command[k + 1:]])
-                if got is not None and all(begin < finish for begin, finish in got.spans.values()):
+                if (got is not None and all(begin < finish for begin, finish in got.spans.values())
+                        and not named & language.intents[got.intent].slot_lists):
                     found.append(got)
     return found
 
 
-def _may_be_an_aside(words: list[str], language: LanguageGrammar, first: bool, command_words: int,
-                     antecedent: range = range(0)) -> bool:
-    """Whether `words` may be a clause beside a command (see `_with_aside`); `first`: it comes before it. The words
-    of an `antecedent` (see `_with_antecedent`) go into the command, so they may be slot values."""
+def _aside_values(words: list[str], language: LanguageGrammar, first: bool, command_words: int,
+                  antecedent: range = range(0)) -> frozenset[str] | None:
+    """The slot lists whose values `words` name, when they may be a clause beside a command (see `_with_aside`),
+    else None; `first`: it comes before it. The caller refuses a command that takes a value of one of these lists; a
+    number or a duration makes no aside at all (it may be when the command is for, which no intent here says).
+    The words of an `antecedent` (see `_with_antecedent`) go into the command, so they are no aside's values."""
     asides = language.asides
     if len(words) < MIN_ASIDE_WORDS:
-        return False
+        return None
     # a closing phrase said to the listener ("great thank you | pause the music") is checked as the skip words it is
     own = _less_a_closing_phrase(words, language) if first else words
     if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE or _ends_with(own, asides["not_before"])):
-        return False
+        return None
     if not first and not (_opens_with(words, asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
-        return False
+        return None
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
                 if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
     subordinate = not first and _opens_with(words, asides["subordinators"])
+    named: set[str] = set()
     for position in range(len(own)):
         allowed = subordinate and (words[position],) in asides["subordinate_allows"]
         if _not_with_at(words, position, asides) and not allowed:
-            return False
-        if position not in no_value and position not in antecedent and any(
-                not isinstance(slot_list, Wildcard) and slot_list.consume(words, position)
-                for slot_list in language.lists.values()):
-            return False
-    return True
+            return None
+        if position in no_value or position in antecedent:
+            continue
+        for name, slot_list in language.lists.items():
+            if isinstance(slot_list, Wildcard) or not slot_list.consume(words, position):
+                continue
+            if not isinstance(slot_list, ValueList):
+                return None  # a number or a duration may say when or how much: "in ten minutes | turn off the lights"
+            named.add(name)
+    return frozenset(named)
 
 
 def _less_a_closing_phrase(words: list[str], language: LanguageGrammar) -> list[str]:
