@@ -101,7 +101,8 @@ the `subordinate_allows` words ("so i can sleep").
 anymore | cancel it": `recognize._with_antecedent`).
 12: a skip word at an aside's edge cuts no command ("great thanks | turn off the lights"), and a closing phrase of
 skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words;
-an area (a named value) in an aside bars only a command whose intent takes areas ("pause it | i'm off to the loo")."""
+an area (a named value) in an aside bars only a command whose intent takes areas ("pause it | i'm off to the loo");
+a correction of two words or more in free text tries a repair ("play the beatles no wait play the stones")."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

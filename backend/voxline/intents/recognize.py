@@ -290,10 +290,16 @@ def _same_list_starts(words: list[str], first: int, second: int, language: Langu
 
 def _hesitates_in_free_text(found: Match, language: LanguageGrammar) -> bool:
     """Whether a free-text slot of `found` holds a hesitation ("play uh play some jazz" plays "uh play some
-    jazz"): then a repair, if the utterance has one, is the better reading."""
+    jazz") or a correction of two words or more ("play taylor swift no wait play olivia rodrigo"; one word, "no",
+    "sorry", is in many a song's name): then a repair, if the utterance has one, is the better reading."""
     hesitations = {p[0] for p in language.fillers if len(p) == 1}
-    return any(word in hesitations for start, end in free_text_spans(found, language)
-               for word in found.text[start:end].split(" "))
+    corrections = [p for p in language.repairs["corrections"] if len(p) > 1]
+    for start, end in free_text_spans(found, language):
+        words = found.text[start:end].split(" ")
+        if any(word in hesitations for word in words) or any(
+                tuple(words[k:k + len(p)]) == p for p in corrections for k in range(len(words))):
+            return True
+    return False
 
 
 def slot_list_names(language: LanguageGrammar, template_id: str) -> dict[str, str]:
