@@ -184,3 +184,34 @@ def test_requests_of_the_ninth_round(grammar, text, intent, slots):
 def test_what_the_ninth_round_does_not_read(grammar, text, read):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == read, text
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    ("play something upbeat", "media.play", {"query": "upbeat"}),
+    ("put on something by nina simone", "media.play", {"query": "nina simone"}),
+    ("go on skip this one", "media.next", {}),
+    ("continue the audiobook", "media.resume", {}),
+    ("freeze it right there", "media.pause", {}),
+    ("hold the song there", "media.pause", {}),
+    ("stop playing this garbage", "media.stop", {}),
+    ("jump ahead to the next track", "media.next", {}),
+    ("turn it to 40 percent", "media.volume_set", {"level": 40}),
+    # a clause of its own inside what would be a song's name is an aside
+    ("play some reggae while we clean up", "media.play", {"query": "reggae"}),
+    ("play the radio because i'm bored", "media.play", {"query": "the radio"}),
+])
+def test_requests_of_the_tenth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert found is not None and (found.intent, found.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize(("text", "read"), [
+    ("play something else", None),  # which other thing is not said
+    ("play by the way", ("media.play", {"query": "by the way"})),  # a name may open with "by"
+    ("play while my guitar gently weeps", ("media.play", {"query": "while my guitar gently weeps"})),
+    ("play oh so quiet", ("media.play", {"query": "oh so quiet"})),  # "so" with no subject after it opens no clause
+    ("go on", None),  # urging on, nothing asked
+])
+def test_what_the_tenth_round_does_not_read(grammar, text, read):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == read, text

@@ -102,7 +102,8 @@ anymore | cancel it": `recognize._with_antecedent`).
 12: a skip word at an aside's edge cuts no command ("great thanks | turn off the lights"), and a closing phrase of
 skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words;
 an area (a named value) in an aside bars only a command whose intent takes areas ("pause it | i'm off to the loo");
-a correction of two words or more in free text tries a repair ("play the beatles no wait play the stones")."""
+a correction of two words or more in free text tries a repair ("play the beatles no wait play the stones"), and a
+subordinator with a subject in free text an aside ("play some jazz | while i cook")."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

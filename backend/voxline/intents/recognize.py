@@ -162,6 +162,10 @@ def recognize(
             """The command the words at `positions` are, as said or with their topic in its pronoun's place."""
             return match(positions) or _with_dislocation(positions, tokens, language, match)
 
+        if whole is not None and _clause_in_free_text(whole, language):
+            beside = _with_aside(tokens, language, match_dislocated)
+            if beside is not None and beside.intent == whole.intent:
+                return beside  # "play some jazz | while i cook" plays jazz
         return whole or _with_dislocation(every, tokens, language, match) or _with_aside(tokens, language,
                                                                                          match_dislocated)
     except _TooManySteps:
@@ -299,6 +303,25 @@ def _hesitates_in_free_text(found: Match, language: LanguageGrammar) -> bool:
         if any(word in hesitations for word in words) or any(
                 tuple(words[k:k + len(p)]) == p for p in corrections for k in range(len(words))):
             return True
+    return False
+
+
+def _clause_in_free_text(found: Match, language: LanguageGrammar) -> bool:
+    """Whether a free-text slot of `found` holds, after its first word, a clause of its own: a subordinator and
+    then a subject (`asides.subordinators`, then an `after_starts` or `after_subjects` word: "play some jazz |
+    while i cook", "play the beatles | because im sad"). Then the command with that clause as an aside
+    (`_with_aside`), if the utterance reads so, is the better reading; a song's name that opens with one ("while my
+    guitar gently weeps") is played whole."""
+    asides = language.asides
+    subjects = asides["after_starts"] | asides["after_subjects"]
+    for start, end in free_text_spans(found, language):
+        words = found.text[start:end].split(" ")
+        for k in range(1, len(words)):
+            for phrase in asides["subordinators"]:
+                after = k + len(phrase)
+                if tuple(words[k:after]) == phrase and after < len(words) and (
+                        (words[after],) in subjects or tuple(words[after:after + 2]) in subjects):
+                    return True
     return False
 
 
