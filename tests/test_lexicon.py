@@ -58,6 +58,7 @@ def test_the_lexicon_has_the_layout_the_browser_reads(lexicon):
     assert lexicon["version"] == builtin_grammar().version
     assert 0 <= lexicon["start"] < len(lexicon["nodes"]) and 0 <= lexicon["tail"] < len(lexicon["nodes"])
     assert len(json.dumps(lexicon)) < 200_000, "the graph travels to a worker on every page load"
+    assert ["and"] in lexicon["misheard_starts"]["pause"] and ["in"] in lexicon["misheard_starts"]["mute"]
 
 
 def test_nodes_with_the_same_future_are_stored_once_and_the_graph_reads_the_same(monkeypatch):

@@ -121,3 +121,17 @@ test('openings of no command: whole words at the start of a transcript, as norma
   assert.ok(!graph.opensAsNoCommand(''));
   assert.ok(!new CommandGraph(LEXICON).opensAsNoCommand("Don't stop"), 'an older lexicon has none');
 });
+
+test('a reading that leaves out what may be the start of its word, heard as a word of its own, is dropped', () => {
+  const graph = new CommandGraph({ ...LEXICON, misheard_starts: { pause: [['and'], ['in']], mute: [['and'], ['on']] } });
+  assert.ok(graph.dropsAMisheardStart('Okay, in pause.', 'okay pause'), '"in pause" may be "unpause"');
+  assert.ok(graph.dropsAMisheardStart('And pause the music.', 'Pause the music.'));
+  assert.ok(graph.dropsAMisheardStart('on mute the sound', 'mute the sound'));
+  assert.ok(graph.dropsAMisheardStart('Pause it and mute it', 'pause it mute it'), 'each occurrence, in order');
+  assert.ok(!graph.dropsAMisheardStart('You mute the sound', 'mute the sound'), 'a word that sounds like no "un"');
+  assert.ok(!graph.dropsAMisheardStart('Pause the music.', 'pause the music'), 'nothing before it');
+  assert.ok(!graph.dropsAMisheardStart('put it on mute', 'put it on mute'), 'the phrase kept');
+  assert.ok(!graph.dropsAMisheardStart('Play some jazz', 'play some jazz'), 'no such word');
+  assert.ok(!graph.dropsAMisheardStart('and pause', 'unpause'), 'the whole word read');
+  assert.ok(!new CommandGraph(LEXICON).dropsAMisheardStart('in pause', 'pause'), 'an older lexicon has none');
+});

@@ -45,6 +45,10 @@ export class CommandGraph {
     this.prompt = Array.isArray(lexicon.prompt) ? lexicon.prompt : null;
     /** Openings of an utterance that is no command, as words (see the header); none in an older lexicon. */
     this.noCommandOpenings = Array.isArray(lexicon.no_command_openings) ? lexicon.no_command_openings : [];
+    /** Words that the letters of a sound-alike make into another word ("pause": "unpause"), each with the phrases
+     * heard for those letters (["and"], ["in"]); none in an older lexicon. */
+    this.misheardStarts = new Map(lexicon.misheard_starts && typeof lexicon.misheard_starts === 'object'
+      ? Object.entries(lexicon.misheard_starts) : []);
     /** Each node's words, sorted, for prefix checks by binary search. */
     this.sortedWords = this.nodes.map((n) => Object.keys(n.w ?? {}).sort());
     this.initial = { pairs: this.#closure([[lexicon.start, NO_RETURN]]), word: '' };
@@ -89,6 +93,30 @@ export class CommandGraph {
     if (!this.noCommandOpenings.length) return false;
     const words = normalize(text).split(' ');
     return this.noCommandOpenings.some((opening) => opening.every((word, i) => words[i] === word));
+  }
+
+  /**
+   * Whether the command reading `reading` leaves out a phrase that `free` (the free transcript) has just before a
+   * word whose start it may be (`misheardStarts`): "Okay, in pause." read as "okay pause" may be "okay, unpause",
+   * the opposite command. Such a reading is dropped: no command rather than the wrong one. Each such word of the
+   * reading is compared, occurrence by occurrence, with the same word of the free transcript.
+   */
+  dropsAMisheardStart(free, reading) {
+    if (!this.misheardStarts.size) return false;
+    const heard = normalize(free).split(' ');
+    const read = normalize(reading).split(' ');
+    const at = (words, word) => words.flatMap((w, k) => (w === word ? [k] : []));
+    const ends = (words, end, phrase) => end >= phrase.length
+      && phrase.every((w, k) => words[end - phrase.length + k] === w);
+    for (const [word, phrases] of this.misheardStarts) {
+      const inHeard = at(heard, word);
+      const inRead = at(read, word);
+      for (let n = 0; n < Math.min(inHeard.length, inRead.length); n++) {
+        const [i, j] = [inHeard[n], inRead[n]];
+        if (phrases.some((phrase) => ends(heard, i, phrase) && !ends(read, j, phrase))) return true;
+      }
+    }
+    return false;
   }
 
   /** Whether a command may end in `state` (its unfinished word finished). */

@@ -373,6 +373,11 @@ export class Whisper {
     const searchable = (text) => isFinal() && !this.graph.opensAsNoCommand(text);
     const free = await this.#read(this.table.prompt, cross_k, cross_v, budget, settings, cancelled, searchable, hint);
     if (free.cancelled) return free;
+    // A reading that leaves out what may be the start of its word ("Okay, in pause." read "okay pause", which may
+    // be "unpause") is no reading: no command rather than the opposite one.
+    const flips = (command) => Boolean(command) && settings.misheardStartGuard
+      && this.graph.dropsAMisheardStart(free.text, command.text);
+    if (flips(free.command)) free.command = null;
     this.#confide(free.command, free, settings);
     const sure = free.command && free.command.confidence >= settings.commandMinConfidence;
     const short = audio.length <= settings.commandPromptMaxSecs * this.dims.sample_rate;
@@ -388,6 +393,7 @@ export class Whisper {
         if (support === null) return { cancelled: true };
         prompted.command.support = support;
       }
+      if (flips(prompted.command)) prompted.command = null;
       this.#confide(prompted.command, free, settings);
       if (prompted.command && prompted.command.confidence > (free.command?.confidence ?? 0)) {
         return { ...free, command: prompted.command, prompted: true, ...timing() };

@@ -14,7 +14,8 @@ README), `confidence-before` (the command confidence as fitted before its `agree
 `partial-drafts` (a partial decode of the clip's first 70 % first, whose tokens draft the final decode, as in the
 page; not a page setting), `whole-window` (every position of the window through the encoder, ``encoderTail`` off:
 the design before the cached silent tail), `tail-margin-0.5` and `tail-margin-1` (the head computes 0.5 s or 1 s
-after the audio instead of 2 s, ``encoderTailMarginSecs``). For each, the
+after the audio instead of 2 s, ``encoderTailMarginSecs``), `no-misheard-start-guard` (a reading that leaves out
+the word heard before "pause" or "mute" is kept, ``misheardStartGuard`` off: the design before it). For each, the
 device's decision is scored the way the page makes it: a command reading at or above ``commandMinConfidence``, else
 the free transcript at or above ``localIntentMinConfidence``, matched by the grammar engine; anything else goes to
 the server (no answer here).
@@ -70,7 +71,8 @@ CONFIGS = {"grammar": {}, "anchored": {"grammarBacktrack": False},
            "one-token-runs": {"draftTokens": 0},
            "partial-drafts": {"partialFirst": 0.7},
            "whole-window": {"encoderTail": False},
-           "tail-margin-0.5": {"encoderTailMarginSecs": 0.5}, "tail-margin-1": {"encoderTailMarginSecs": 1.0}}
+           "tail-margin-0.5": {"encoderTailMarginSecs": 0.5}, "tail-margin-1": {"encoderTailMarginSecs": 1.0},
+           "no-misheard-start-guard": {"misheardStartGuard": False}}
 ASR_RATE = 16_000
 # The page's gates (web/voxline/settings.js DEFAULTS): kept in step by test_bench_readings.
 COMMAND_MIN_CONFIDENCE = 0.75

@@ -22,7 +22,10 @@ each node a dict with any of
 (`prompt_commands`); without it the page picks the graph's shortest sentences. ``no_command_openings`` (optional)
 lists, as words, the language's openings of an utterance that is no command ("why", "dont"): where the free
 transcript opens with one, the page looks for no command reading (one would leave the opening out: "stop the music"
-for "don't stop the music").
+for "don't stop the music"). ``misheard_starts`` (optional) maps each word that a `sound_alike`'s letters make into
+another word of the grammar ("pause": "unpause") to the phrases heard for those letters ("and", "in"): a command
+reading that leaves out such a phrase just before the word reads the opposite command ("Okay, in pause." read
+"okay pause"), and the page drops it.
 
 Slot sub-graphs spell their values: a closed list its synonyms; a number its digits and English words; a
 duration the common spoken forms ("ten minutes", "an hour and a half", "90 seconds"), each one kept only if the
@@ -126,6 +129,19 @@ def duration_forms(low: float, high: float, lang: str) -> list[tuple[str, ...]]:
     return forms
 
 
+def misheard_starts(language: LanguageGrammar) -> dict[str, list[list[str]]]:
+    """The grammar's words that the letters of a `sound_alike` make into another of its words, each with the phrases
+    a recogniser hears for those letters: "pause" ("unpause") with "and", "in", ... A command reading that leaves
+    out such a phrase just before the word reads the opposite command (see `CommandGraph.dropsAMisheardStart` in
+    the browser)."""
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for word in language.words:
+        for phrase, letters in language.sound_alike.items():
+            if letters + word in language.words:
+                found.setdefault(word, set()).add(phrase)
+    return {word: [list(phrase) for phrase in sorted(phrases)] for word, phrases in sorted(found.items())}
+
+
 class _Builder:
     """Turns one language's trie into the flat node list, one sub-graph per slot list."""
 
@@ -149,7 +165,8 @@ class _Builder:
         return {"format": LEXICON_FORMAT, "version": version, "lang": self.language.lang, "start": index[start],
                 "root": index[root], "tail": index[skip_tail], "nodes": nodes,
                 "prompt": prompt_commands(self.language),
-                "no_command_openings": [list(opening) for opening in self.language.no_command_openings]}
+                "no_command_openings": [list(opening) for opening in self.language.no_command_openings],
+                "misheard_starts": misheard_starts(self.language)}
 
     def _new(self, *, end: bool = False) -> int:
         self.nodes.append({"e": 1} if end else {})

@@ -210,6 +210,7 @@ export interface VoxlineSettings {
   grammarBeam: number;
   grammarMaxSteps: number;
   grammarBacktrack: boolean;
+  misheardStartGuard: boolean;
   commandPromptMaxSecs: number;
   commandPromptBelowConfidence: number;
   commandPromptFromSkills: boolean;
