@@ -413,11 +413,12 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       `not_values` ("i hate this one | skip it": "one" is a pronoun); a named value no slot of the command takes
       is the aside's own ("pause it | im running to the loo"), a number or a duration never is ("in ten minutes |
       turn off the lights" is for later);
-    - an aside before the command does not end with a `not_before` word ("i want you to", "dont"), and is followed
-      by `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an
-      `after_starts` word (a new subject: "im", "we", "because"), or with a subject and its verb
-      (`_subject_clause`: "the phone is ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or
-      more ("stopping | the music was a mistake" is a statement), so it cannot be the rest of the command.
+    - an aside before the command does not end with a `not_before` word ("i want you to", "dont"; a closing phrase
+      of skip words left out: "great thank you | pause the music"), and is followed by
+      `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an `after_starts`
+      word (a new subject: "im", "we", "because"), or with a subject and its verb (`_subject_clause`: "the phone is
+      ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more ("stopping | the music was a
+      mistake" is a statement), so it cannot be the rest of the command.
 
     An utterance that opens with one of the language's `no_command_openings` has no aside.
 
@@ -444,8 +445,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                 continue
             # a split that cuts a command's words ("dont turn | off the lights") is no aside and command. A skip
             # word at the aside's edge is no command's word ("great thanks | turn off the lights": "thanks turn
-            # off the lights" matches, cutting nothing), nor is a subordinator that opens the
-            # clause after it ("turn it down | because the baby is asleep")
+            # off the lights" matches, cutting nothing), nor is a subordinator that opens the clause after it
+            # ("turn it down | because the baby is asleep")
             joined = [aside[-1], *command] if first else [*command, aside[0]]
             at_skip_word = (_ends_with(words, language.skip_words) if first
                             else _opens_with(words, language.skip_words))
