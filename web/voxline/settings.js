@@ -129,8 +129,9 @@ export const DEFAULTS = Object.freeze({
   /** When the constrained search finds nothing from the first token of the free transcript the grammar refuses, it
    * starts again from each earlier token ("Time for 1 hour" → "Timer for 1 hour"; see whisper.js). */
   grammarBacktrack: true,
-  /** A command reading that leaves out the word heard just before a word it may be the start of is dropped ("Okay,
-   * in pause." read "okay pause", which may be "unpause": `CommandGraph.dropsAMisheardStart`); off: kept. */
+  /** A command reading that leaves out what may be the start of one of its words, heard as a word of its own
+   * ("Okay, in pause." read "okay pause", which may be "unpause": `CommandGraph.dropsAMisheardStart`), is dropped;
+   * off: kept. */
   misheardStartGuard: true,
   /** Utterances up to this long, heard with word confidence below `commandPromptBelowConfidence` and not as a
    * confident command, are decoded once more prompted with the grammar's commands (see whisper.js). */

@@ -8,8 +8,9 @@ Source file format (one language per file; later files extend or override earlie
     language: en
     skip_words: [please, can you]        # dropped from both edges of an utterance before matching
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
-    sound_alike: {and: un}               # a skip word a recogniser may hear for a word's start ("and mute" for
+    sound_alike: {and: un}               # a word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
+                                         # (a skip word), nor left out of a command reading (the lexicon)
     read_as: {my: the, can i have: i want}  # words that may stand where a template has others ("set my volume
                                          # to 5", "can i have the volume at 5"); a slot's value keeps them as said
     no_command_openings:                 # an utterance that opens so is no command: a recogniser's reading may
