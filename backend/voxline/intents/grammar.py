@@ -232,6 +232,7 @@ class LanguageGrammar:
             self.intents[name] = intent
             templates.extend(intent.templates)
         self.templates: tuple[Template, ...] = tuple(templates)
+        self.template_by_id: dict[str, Template] = {template.id: template for template in self.templates}
         self.trie = TemplateTrie()
         for position, template in enumerate(self.templates):
             for expansion_index, elements in enumerate(template.expansions):

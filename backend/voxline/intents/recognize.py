@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,7 +152,8 @@ def recognize(
 
     try:
         whole = match(list(range(len(tokens))))
-        if whole is None or _hesitates_in_free_text(whole, language):
+        free_texts = _free_text_words(whole, language) if whole is not None else []
+        if whole is None or _hesitates_in_free_text(free_texts, language):
             repaired = _with_repair(tokens, language, match)
             if repaired is not None and (whole is None or repaired.intent == whole.intent):
                 return repaired
@@ -162,7 +163,7 @@ def recognize(
             """The command the words at `positions` are, as said or with their topic in its pronoun's place."""
             return match(positions) or _with_dislocation(positions, tokens, language, match)
 
-        if whole is not None and _clause_in_free_text(whole, language):
+        if whole is not None and _clause_in_free_text(free_texts, language):
             beside = _with_aside(tokens, language, match_dislocated)
             if beside is not None and beside.intent == whole.intent:
                 return beside  # "play some jazz | while i cook" plays jazz
@@ -240,15 +241,14 @@ def _repairs(tokens: list[str], kept: list[int], language: LanguageGrammar, edit
     joiners = language.repairs["joiners"]
 
     def holds(phrases: tuple[tuple[str, ...], ...], start: int, end: int) -> bool:
-        return any(tuple(words[at:at + len(p)]) == p for at in range(start, end) for p in phrases
+        return any(_phrase_at(words, at, p) for at in range(start, end) for p in phrases
                    if at + len(p) <= end)
 
     for repair in range(1, len(words)):
         # the interregnum: hesitations and corrections right before the repair, read backwards
         between, corrected = repair, False
         while True:
-            phrase = next((p for p in edits if between - len(p) >= 0 and tuple(words[between - len(p):between]) == p),
-                          None)
+            phrase = next((p for p in edits if _phrase_at(words, between - len(p), p)), None)
             if phrase is None:
                 break
             between -= len(phrase)
@@ -292,34 +292,35 @@ def _same_list_starts(words: list[str], first: int, second: int, language: Langu
                and slot_list.consume(words, second) for slot_list in language.lists.values())
 
 
-def _hesitates_in_free_text(found: Match, language: LanguageGrammar) -> bool:
-    """Whether a free-text slot of `found` holds a hesitation ("play uh play some jazz" plays "uh play some
-    jazz") or a correction of two words or more ("play taylor swift no wait play olivia rodrigo"; one word, "no",
-    "sorry", is in many a song's name): then a repair, if the utterance has one, is the better reading."""
+def _free_text_words(found: Match, language: LanguageGrammar) -> list[list[str]]:
+    """The words of each free-text slot of `found` (see `free_text_spans`)."""
+    return [found.text[start:end].split(" ") for start, end in free_text_spans(found, language)]
+
+
+def _hesitates_in_free_text(free_texts: list[list[str]], language: LanguageGrammar) -> bool:
+    """Whether a match's free-text slot (`_free_text_words`) holds a hesitation ("play uh play some jazz" plays "uh
+    play some jazz") or a correction of two words or more ("play taylor swift no wait play olivia rodrigo"; one
+    word, "no", "sorry", is in many a song's name): then a repair, if the utterance has one, is the better reading."""
     hesitations = {p[0] for p in language.fillers if len(p) == 1}
     corrections = [p for p in language.repairs["corrections"] if len(p) > 1]
-    for start, end in free_text_spans(found, language):
-        words = found.text[start:end].split(" ")
-        if any(word in hesitations for word in words) or any(
-                tuple(words[k:k + len(p)]) == p for p in corrections for k in range(len(words))):
-            return True
-    return False
+    return any(any(word in hesitations for word in words)
+               or any(_phrase_at(words, k, p) for p in corrections for k in range(len(words)))
+               for words in free_texts)
 
 
-def _clause_in_free_text(found: Match, language: LanguageGrammar) -> bool:
-    """Whether a free-text slot of `found` holds, after its first word, a clause of its own: a subordinator and
-    then a subject (`asides.subordinators`, then an `after_starts` or `after_subjects` word: "play some jazz |
-    while i cook", "play the beatles | because im sad"). Then the command with that clause as an aside
+def _clause_in_free_text(free_texts: list[list[str]], language: LanguageGrammar) -> bool:
+    """Whether a match's free-text slot (`_free_text_words`) holds, after its first word, a clause of its own: a
+    subordinator and then a subject (`asides.subordinators`, then an `after_starts` or `after_subjects` word: "play
+    some jazz | while i cook", "play the beatles | because im sad"). Then the command with that clause as an aside
     (`_with_aside`), if the utterance reads so, is the better reading; a song's name that opens with one ("while my
     guitar gently weeps") is played whole."""
     asides = language.asides
     subjects = asides["after_starts"] | asides["after_subjects"]
-    for start, end in free_text_spans(found, language):
-        words = found.text[start:end].split(" ")
+    for words in free_texts:
         for k in range(1, len(words)):
             for phrase in asides["subordinators"]:
                 after = k + len(phrase)
-                if tuple(words[k:after]) == phrase and after < len(words) and (
+                if _phrase_at(words, k, phrase) and after < len(words) and (
                         (words[after],) in subjects or tuple(words[after:after + 2]) in subjects):
                     return True
     return False
@@ -327,11 +328,10 @@ def _clause_in_free_text(found: Match, language: LanguageGrammar) -> bool:
 
 def slot_list_names(language: LanguageGrammar, template_id: str) -> dict[str, str]:
     """Slot name → list name of the template `template_id` (a `Match.template`); empty when it has none."""
-    for template in language.templates:
-        if template.id == template_id:
-            return {e.name: e.list_name for expansion in template.expansions for e in expansion
-                    if isinstance(e, SlotRef)}
-    return {}
+    template = language.template_by_id.get(template_id)
+    if template is None:
+        return {}
+    return {e.name: e.list_name for expansion in template.expansions for e in expansion if isinstance(e, SlotRef)}
 
 
 def free_text_spans(found: Match, language: LanguageGrammar) -> list[tuple[int, int]]:
@@ -523,7 +523,7 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
         return None
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
-                if tuple(words[position:position + len(phrase)]) == phrase for k in range(len(phrase))}
+                if _phrase_at(words, position, phrase) for k in range(len(phrase))}
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
     subordinate = not first and _opens_with(words, asides["subordinators"])
@@ -549,26 +549,31 @@ def _less_a_closing_phrase(words: list[str], language: LanguageGrammar) -> list[
     to ...", or is someone's subject) binds nothing; a one-word skip word keeps its own `not_before` entry ("we
     never say please | turn it off")."""
     for phrase in language.skip_words:
-        if 1 < len(phrase) < len(words) and tuple(words[len(words) - len(phrase):]) == phrase:
+        if 1 < len(phrase) < len(words) and _phrase_at(words, len(words) - len(phrase), phrase):
             return words[:len(words) - len(phrase)]
     return words
 
 
 def _opens_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` open with one of `phrases`."""
-    return any(tuple(words[:len(phrase)]) == phrase for phrase in phrases)
+    return any(_phrase_at(words, 0, phrase) for phrase in phrases)
 
 
 def _ends_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` end with one of `phrases`."""
-    return any(len(phrase) <= len(words) and tuple(words[len(words) - len(phrase):]) == phrase for phrase in phrases)
+    return any(_phrase_at(words, len(words) - len(phrase), phrase) for phrase in phrases)
+
+
+def _phrase_at(words: Sequence[str], position: int, phrase: tuple[str, ...]) -> bool:
+    """Whether `phrase` is said at `position` of `words` (never, at a position before the first word)."""
+    return position >= 0 and tuple(words[position:position + len(phrase)]) == phrase
 
 
 def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
     """Whether one of the language's `asides.not_with` phrases starts at `position` of `words`, or the word there is
     the "'s" form of one, as the normaliser writes it ("the tv's too loud": "tvs")."""
     word = words[position]
-    return (any(tuple(words[position:position + len(p)]) == p for p in asides["not_with"])
+    return (any(_phrase_at(words, position, p) for p in asides["not_with"])
             or word.endswith("s") and (word[:-1],) in asides["not_with"])
 
 
@@ -714,12 +719,12 @@ def _edge_trims(tokens: list[str], language: LanguageGrammar) -> list[tuple[int,
         trimmed = False
         for phrase in edge_words:
             low, high = trims[-1]
-            if low + len(phrase) <= high and tuple(tokens[low : low + len(phrase)]) == phrase \
+            if low + len(phrase) <= high and _phrase_at(tokens, low, phrase) \
                     and not _may_be_a_word_start(tokens, low, phrase, language):
                 trims.append((low + len(phrase), high))
                 trimmed = True
             low, high = trims[-1]
-            if low + len(phrase) <= high and tuple(tokens[high - len(phrase) : high]) == phrase:
+            if low + len(phrase) <= high and _phrase_at(tokens, high - len(phrase), phrase):
                 trims.append((low, high - len(phrase)))
                 trimmed = True
     return trims
@@ -732,7 +737,7 @@ def misheard_word_start(tokens: list[str], language: LanguageGrammar) -> str | N
     commands (the server's classifier) must refuse it too, or it acts on the opposite of what was said."""
     low, _ = _within_edge_words(tokens, language)
     for phrase, start in language.sound_alike.items():
-        if tuple(tokens[low : low + len(phrase)]) == phrase and _may_be_a_word_start(tokens, low, phrase, language):
+        if _phrase_at(tokens, low, phrase) and _may_be_a_word_start(tokens, low, phrase, language):
             return start + tokens[low + len(phrase)]
     return None
 
