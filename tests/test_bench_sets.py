@@ -17,7 +17,7 @@ COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-e-en.jsonl"), DEFAULT_SET.with_name("dev-commands-b-zh.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-f-en.jsonl"), DEFAULT_SET.with_name("dev-commands-g-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-h-en.jsonl"), DEFAULT_SET.with_name("dev-commands-i-en.jsonl"),
-                DEFAULT_SET.with_name("dev-commands-j-en.jsonl")]
+                DEFAULT_SET.with_name("dev-commands-j-en.jsonl"), DEFAULT_SET.with_name("dev-commands-k-en.jsonl")]
 """The English held-out sets of three authors and its development sets, and the Chinese held-out set and two
 development sets (see sets/README.md)."""
 
@@ -32,9 +32,9 @@ SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50), "dev-commands-d-en.jsonl": (
            "dev-commands-e-en.jsonl": (200, 10, 80), "dev-commands-b-zh.jsonl": (200, 10, 100),
            "dev-commands-f-en.jsonl": (200, 10, 80), "dev-commands-g-en.jsonl": (200, 10, 80),
            "dev-commands-h-en.jsonl": (200, 10, 80), "dev-commands-i-en.jsonl": (200, 10, 80),
-           "dev-commands-j-en.jsonl": (184, 10, 80)}
+           "dev-commands-j-en.jsonl": (184, 10, 80), "dev-commands-k-en.jsonl": (184, 10, 80)}
 """Sets written to other counts: the third English author's has no one-word lines and fewer out-of-domain ones, the
-fourth's fewer of both; the Chinese ones fewer one-word lines; set J 200 commands of which 16 one-word."""
+fourth's fewer of both; the Chinese ones fewer one-word lines; sets J and K 200 commands of which 16 one-word."""
 MIN_COMMANDS_PER_INTENT = 8
 
 
