@@ -77,6 +77,16 @@ def test_every_intent_has_examples_with_slots_filled(grammar):
     assert ("timer.set", "set a timer for 10 minutes") in examples
 
 
+def test_a_template_added_leaves_the_other_templates_examples_as_they_were(tmp_path):
+    many = "(turn | switch | flick | put) (on | up) (the | my | our | all the) (lights | lamps | light | lamp)"
+    text = f"language: en\nintents:\n  lights.on:\n    sentences:\n      - \"{many}\"\n"
+    before = example_sentences(tiny_grammar(tmp_path, text))
+    (tmp_path / "more").mkdir()
+    after = example_sentences(tiny_grammar(tmp_path / "more", text.replace(
+        "    sentences:\n", f"    sentences:\n      - \"{many.replace('lights', 'bulbs')} now\"\n")))
+    assert len(before) == WORDINGS_PER_TEMPLATE and set(before) < set(after)
+
+
 def test_a_grammar_sentence_is_nearest_to_its_own_intent(neighbours):
     nearest = neighbours.nearest("set a timer for 10 minutes")
     assert nearest.intent == "timer.set" and nearest.similarity > 0.99 and nearest.margin > 0

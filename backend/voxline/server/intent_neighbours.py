@@ -90,14 +90,15 @@ def typical_value(slot_list) -> str:
 
 
 def example_sentences(grammar: Grammar, lang: str = "en") -> list[tuple[str, str]]:
-    """(intent, sentence) for a seeded sample of every template's wordings, slots filled with typical values."""
+    """(intent, sentence) for a seeded sample of every template's wordings, slots filled with typical values. Each
+    template's sample is seeded by its own text, so a template added or changed leaves the others' samples as they
+    were (one generator for all made every later template's sample move)."""
     language = grammar.language(lang)
-    rng = random.Random(SEED)
     examples: dict[tuple[str, str], None] = {}
     for template in language.templates:
         wordings = list(template.expansions)
         if len(wordings) > WORDINGS_PER_TEMPLATE:
-            wordings = rng.sample(wordings, WORDINGS_PER_TEMPLATE)
+            wordings = random.Random(f"{SEED}:{template.text}").sample(wordings, WORDINGS_PER_TEMPLATE)
         for wording in wordings:
             words = [typical_value(language.lists[e.list_name]) if isinstance(e, SlotRef) else e for e in wording]
             examples[(template.intent, " ".join(words))] = None
