@@ -215,3 +215,55 @@ def test_requests_of_the_tenth_round(grammar, text, intent, slots):
 def test_what_the_tenth_round_does_not_read(grammar, text, read):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == read, text
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # a suggestion is a request ("why", a question's opening, is overridden by the longer skip phrase)
+    ("why don't you put the kitchen lights on", "lights.on", {"area": "kitchen"}),
+    ("why not skip to the next one", "media.next", {}),
+    ("how about we mute it", "media.mute", {}),
+    ("what about switching the lights off", "lights.off", {}),
+    ("any chance you could turn it up", "media.volume_up", {}),
+    ("be a doll and stop the music", "media.stop", {}),
+    ("i could do with a timer for ten minutes", "timer.set", {"seconds": 600}),
+    # a word for the listener at either edge
+    ("shut the lights off in the garage honey", "lights.off", {"area": "garage"}),
+    ("lads turn the music down", "media.volume_down", {}),
+    ("pause it for a sec babe", "media.pause", {}),
+    ("thanks love can you skip this song", "media.next", {}),
+])
+def test_requests_of_the_eleventh_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert found is not None and (found.intent, found.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize(("text", "read"), [
+    # a name may end in a word for the listener: it is played whole
+    ("play whole lotta love", ("media.play", {"query": "whole lotta love"})),
+    ("play rocket man", ("media.play", {"query": "rocket man"})),
+    # a question that opens with "why" is still one, and a vocative alone or with a remark asks nothing
+    ("why don't you ever pause it", None),
+    ("why do the lights keep turning off", None),
+    ("thanks guys", None),
+    ("honey the lights are on", None),
+])
+def test_what_the_eleventh_round_does_not_read(grammar, text, read):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == read, text
+
+
+def test_a_vocative_is_trimmed_only_when_the_utterance_is_no_command_with_it():
+    document = {
+        "language": "en",
+        "intents": {"m.play": {"sentences": ["play {query}"]}, "m.down": {"sentences": ["turn it down"]}},
+        "lists": {"query": {"wildcard": {"max_tokens": 6}}},
+        "skip_words": ["please"],
+    }
+    without = Grammar.from_dict(compile_documents([document]))
+    assert recognize("turn it down love", without) is None
+    grammar = Grammar.from_dict(compile_documents([{**document, "vocatives": ["love"]}]))
+    assert recognize("turn it down love", grammar).intent == "m.down"
+    assert recognize("love turn it down please", grammar).intent == "m.down"
+    assert recognize("play crazy in love", grammar).slots == {"query": "crazy in love"}
+    # a skip word is trimmed first, as before
+    assert recognize("play some jazz please", grammar).slots == {"query": "some jazz"}

@@ -8,6 +8,9 @@ Source file format (one language per file; later files extend or override earlie
     language: en
     skip_words: [please, can you]        # dropped from both edges of an utterance before matching
     fillers: [uh, um, just]              # dropped anywhere, but only when the utterance matches nothing otherwise
+    vocatives: [love, guys]              # words for the listener, dropped from the edges like skip words but only
+                                         # when the utterance is no command with them: a name may end in one
+                                         # ("play crazy in love" plays "crazy in love"; "turn it off love")
     sound_alike: {and: un}               # a word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
                                          # (a skip word), nor left out of a command reading (the lexicon)
@@ -85,7 +88,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 12
+ENGINE_REVISION = 13
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -104,7 +107,9 @@ anymore | cancel it": `recognize._with_antecedent`).
 skip words that ends an aside before a command ("great thank you | pause the music") is not checked as its words;
 an area (a named value) in an aside bars only a command whose intent takes areas ("pause it | i'm off to the loo");
 a correction of two words or more in free text tries a repair ("play the beatles no wait play the stones"), and a
-subordinator with a subject in free text an aside ("play some jazz | while i cook")."""
+subordinator with a subject in free text an aside ("play some jazz | while i cook").
+13: `vocatives`: words for the listener, trimmed from the edges only when the utterance is no command with them
+("turn the lights off love"; "play crazy in love" is played whole)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -115,7 +120,8 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "sound_alike", "read_as",
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives",
+                            "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
 _ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
                "subordinators", "subordinate_allows")
@@ -181,6 +187,17 @@ class LanguageGrammar:
             sorted(set(self.skip_words) | set(self.fillers), key=lambda p: (-len(p), p)))
         """Skip words and fillers together, longest first: what is trimmed from an utterance's edges. Longest
         first across both, so that a filler is not cut short by a skip word it begins with ("那个" by "那")."""
+        self.vocatives: tuple[tuple[str, ...], ...] = tuple(
+            sorted({tuple(normalize(phrase).split(" ")) for phrase in data.get("vocatives", [])},
+                   key=lambda p: (-len(p), p)))
+        """Words for the listener ("love", "guys"), trimmed from the edges only when the utterance is no command
+        with them (see `recognize._windows`)."""
+        if ("",) in self.vocatives:
+            raise GrammarError(f"{lang}: a vocative normalises to nothing")
+        self.edge_and_vocative_words: tuple[tuple[str, ...], ...] = tuple(
+            sorted(set(self.edge_words) | set(self.vocatives), key=lambda p: (-len(p), p)))
+        """`edge_words` and `vocatives` together, longest first: the edges trimmed when nothing matched within
+        `edge_words`."""
         self.sound_alike: dict[tuple[str, ...], str] = {
             tuple(normalize(phrase).split(" ")): normalize(start)
             for phrase, start in data.get("sound_alike", {}).items()}
@@ -255,9 +272,13 @@ class LanguageGrammar:
                 raise GrammarError(f"{lang}: the no-command opening {' '.join(opening)!r} opens a template")
 
     def no_command_kind(self, tokens: Sequence[str]) -> str | None:
-        """The kind of the longest no-command opening that `tokens` (normalised words) open with, else None."""
+        """The kind of the longest no-command opening that `tokens` (normalised words) open with, else None. A
+        longer skip phrase that opens them overrides it: "why dont you | turn it off" is a suggestion, not a
+        question ("why")."""
         for length in range(min(len(tokens), max(map(len, self.no_command_kinds), default=0)), 0, -1):
             if (kind := self.no_command_kinds.get(tuple(tokens[:length]))) is not None:
+                if any(len(phrase) > length and tuple(tokens[:len(phrase)]) == phrase for phrase in self.skip_words):
+                    return None
                 return kind
         return None
 
@@ -421,6 +442,8 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         target["rules"][str(name)] = _string(text, f"{where} rule {name}")
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
+    if "vocatives" in document:
+        target.setdefault("vocatives", []).extend(_strings(document["vocatives"], f"{where} vocatives"))
     if "no_command_openings" in document:
         for kind, phrases in _opening_kinds(document["no_command_openings"], where).items():
             target.setdefault("no_command_openings", {}).setdefault(kind, []).extend(phrases)
@@ -529,6 +552,7 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
             "rules": dict(_mapping(data.get("rules"), f"{lang} rules")),
             "skip_words": sorted(set(data.get("skip_words", []))),
             "fillers": sorted(set(data.get("fillers", []))),
+            **({"vocatives": sorted(set(data["vocatives"]))} if data.get("vocatives") else {}),
             **({"sound_alike": dict(_mapping(data["sound_alike"], f"{lang} sound_alike"))}
                if data.get("sound_alike") else {}),
             **({"read_as": dict(_mapping(data["read_as"], f"{lang} read_as"))} if data.get("read_as") else {}),

@@ -155,8 +155,10 @@ class _Builder:
         start = self._new()
         skip_tail = self._new(end=True)
         # Fillers may also stand inside a sentence; the graph takes them only at its edges, as skip words (too
-        # strict there, which the free decode covers).
-        for phrase in dict.fromkeys(self.language.skip_words + getattr(self.language, "fillers", ())):
+        # strict there, which the free decode covers). Vocatives too ("turn it off love"): the matcher decides
+        # whether one is part of a name.
+        for phrase in dict.fromkeys(self.language.skip_words + getattr(self.language, "fillers", ())
+                                    + getattr(self.language, "vocatives", ())):
             self._path(start, phrase, start)
             self._path(skip_tail, phrase, skip_tail)
         root = self._visit(self.language.trie.root)

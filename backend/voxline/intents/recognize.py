@@ -429,7 +429,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         return None
     # An utterance that opens as no command does (a question, a report, another device: the language's
     # `no_command_openings`) is not one with a clause before it either: "我刚 | 把计时器关了", "烤箱 | 定时二十分钟".
-    if _opens_with(tokens, language.no_command_openings):
+    if language.no_command_kind(tokens) is not None:
         return None
     found: list[Match] = []
     n = len(tokens)
@@ -678,9 +678,11 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     """The token positions to match, in order of trust: the utterance without skip words (or fillers) at its
     edges; then, if different, the whole utterance; then the utterance trimmed less, the more trimmed first (a skip
     phrase may end the command itself: "set a timer for a minute | please"), each edge trimmed at every point
-    either edge's trimming passed; then, if different from the first, the first without any filler; last, when
-    what is left is one phrase said over and over, that phrase once."""
-    trims = _edge_trims(tokens, language)
+    either edge's trimming passed; then, if different from the first, the first without any filler; then, when
+    what is left is one phrase said over and over, that phrase once; last, the utterance trimmed of vocatives too,
+    the more trimmed first (a name may end in one: "play crazy in love" is played whole, "turn it off love" is
+    "turn it off")."""
+    trims = _edge_trims(tokens, language, language.edge_words)
     low, high = trims[-1]
     first = list(range(low, high))
     yield first
@@ -701,19 +703,23 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     once = _said_once(tokens, unfilled or first)
     if once is not None:
         yield once
+    if language.vocatives:
+        for between in reversed(_edge_trims(tokens, language, language.edge_and_vocative_words)):
+            if between not in tried and between[0] < between[1]:
+                yield list(range(*between))
 
 
 def _within_edge_words(tokens: list[str], language: LanguageGrammar) -> tuple[int, int]:
     """Where the utterance starts and ends without the skip words (or fillers) at its edges: [low, high). A skip
     word that may be a misheard start of the next word stays (`_may_be_a_word_start`)."""
-    return _edge_trims(tokens, language)[-1]
+    return _edge_trims(tokens, language, language.edge_words)[-1]
 
 
-def _edge_trims(tokens: list[str], language: LanguageGrammar) -> list[tuple[int, int]]:
-    """[low, high) of the utterance, then after each skip phrase (or filler) trimmed from an edge, one at a time:
-    the last is `_within_edge_words`."""
+def _edge_trims(tokens: list[str], language: LanguageGrammar,
+                edge_words: tuple[tuple[str, ...], ...]) -> list[tuple[int, int]]:
+    """[low, high) of the utterance, then after each of `edge_words` (the language's skip phrases and fillers,
+    perhaps with its vocatives) trimmed from an edge, one at a time: the last is `_within_edge_words`."""
     trims = [(0, len(tokens))]
-    edge_words = language.edge_words
     trimmed = True
     while trimmed:
         trimmed = False
