@@ -20,7 +20,8 @@ Source file format (one language per file; later files extend or override earlie
       question: [why, how do]            # not leave these words out, and the server's classifier refuses it,
       negated: [dont]                    # giving its kind (`no_command_kind`); none may open a template (a
       statement: ["(he|she) (paused|muted)"]  # bare list is of the kind `no_command`); alternatives are written
-                                         # out at compile time
+                                         # out at compile time; a longer skip phrase that opens the utterance
+                                         # overrides one ("why dont you" is a request, "why" a question)
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
       after_subjects: [the, my]          # ... or a subject's determiner, when a `clause_verbs` word follows

@@ -420,7 +420,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more ("stopping | the music was a
       mistake" is a statement), so it cannot be the rest of the command.
 
-    An utterance that opens with one of the language's `no_command_openings` has no aside.
+    An utterance that opens with one of the language's `no_command_openings` (and no longer skip phrase: see
+    `LanguageGrammar.no_command_kind`) has no aside.
 
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
     commands in one breath), nothing is returned."""
