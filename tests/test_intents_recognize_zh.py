@@ -18,7 +18,8 @@ POSITIVES = [
     ("播放", "media.play", {}, {}),
     ("来首歌", "media.play", {}, {}),
     ("放点音乐", "media.play", {}, {}),
-    ("播放周杰伦的歌", "media.play", {"query": "周杰伦的歌"}, {"query": "周 杰 伦 的 歌"}),
+    # a singer's songs play by the singer's name, as "play songs by adele" plays "adele"
+    ("播放周杰伦的歌", "media.play", {"query": "周杰伦"}, {"query": "周 杰 伦"}),
     ("我想听稻香", "media.play", {"query": "稻香"}, {"query": "稻 香"}),
     ("播放Taylor Swift", "media.play", {"query": "taylor swift"}, {"query": "taylor swift"}),
     ("暂停", "media.pause", {}, {}),
@@ -128,3 +129,31 @@ def test_confirmation(grammar, text, confirmation):
 )
 def test_is_prefix(grammar, text, prefix):
     assert is_prefix(text, grammar, "zh") is prefix
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # the verb and its result alone, the object understood
+    ("调大点", "media.volume_up", {}),
+    ("再开大一点", "media.volume_up", {}),
+    ("响一些", "media.volume_up", {}),
+    ("调低一点", "media.volume_down", {}),
+    ("再轻一点", "media.volume_down", {}),
+    # a singer's songs, the name before 的
+    ("放王菲的歌", "media.play", {"query": "王菲"}),
+    ("听张学友的歌曲", "media.play", {"query": "张学友"}),
+    # "that will do" after a setting
+    ("音量调到四十就好", "media.volume_set", {"level": 40}),
+])
+def test_requests_of_the_eleventh_round(grammar, text, intent, slots):
+    found = recognize(text, grammar, "zh")
+    assert found is not None and (found.intent, found.slots) == (intent, slots)
+
+
+@pytest.mark.parametrize("text", [
+    "别把声音调大",  # a prohibition, not cut into "别把声音 | 调大"
+    "温度调低一点",  # another quantity turned down
+    "放大",  # to enlarge, not the volume
+    "字大一点",
+])
+def test_what_the_eleventh_round_does_not_read(grammar, text):
+    assert recognize(text, grammar, "zh") is None
