@@ -306,6 +306,8 @@ def test_the_classifier_is_not_asked_about_utterances_that_name_nothing_of_the_d
     ("i need a reminder in five minutes for the eggs set a timer", None),
     ("pause for a bit would you", None), ("i don't want any more music", None), ("never mind the timer", None),
     ("how late is it right now", None), ("tell me the time", None), ("can you stop the song for a little while", None),
+    # a suggestion: the skip phrase "why don't you" is longer than the question's "why" (the eleventh round)
+    ("why don't you put on something relaxing", None), ("why do you keep stopping", "question"),
 ])
 def test_plain_questions_messages_and_negated_requests_are_not_asked(grammar, text, why):
     from voxline.server.intent_classifier import not_a_request

@@ -86,6 +86,12 @@ def test_every_command_the_engine_matches_is_a_sentence_of_the_graph(lexicon):
     assert _walk(lexicon, COMMANDS) == ["complete"] * len(COMMANDS)
 
 
+def test_a_word_for_the_listener_may_stand_at_either_edge_of_a_command(lexicon):
+    sentences = ["turn the volume down a little love", "guys pause the music", "turn the volume down a little dude"]
+    assert _walk(lexicon, sentences) == ["complete"] * len(sentences)
+    assert _walk(lexicon, ["pause the music love it"]) != ["complete"]
+
+
 def test_questions_are_refused_or_left_incomplete(lexicon):
     assert "complete" not in _walk(lexicon, NOT_COMMANDS)
 
