@@ -195,6 +195,8 @@ class LanguageGrammar:
         with them (see `recognize._windows`)."""
         if ("",) in self.vocatives:
             raise GrammarError(f"{lang}: a vocative normalises to nothing")
+        self.vocative_words: frozenset[str] = frozenset(word for phrase in self.vocatives for word in phrase)
+        """Every word of the vocatives: an utterance with none of them is not trimmed of one (no work for it)."""
         self.edge_and_vocative_words: tuple[tuple[str, ...], ...] = tuple(
             sorted(set(self.edge_words) | set(self.vocatives), key=lambda p: (-len(p), p)))
         """`edge_words` and `vocatives` together, longest first: the edges trimmed when nothing matched within

@@ -704,7 +704,7 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     once = _said_once(tokens, unfilled or first)
     if once is not None:
         yield once
-    if language.vocatives:
+    if not language.vocative_words.isdisjoint(tokens):
         for between in reversed(_edge_trims(tokens, language, language.edge_and_vocative_words)):
             if between not in tried and between[0] < between[1]:
                 yield list(range(*between))
