@@ -163,6 +163,12 @@ class Intent:
     """Every list some template's slot takes its value from."""
 
 
+def phrase_at(words: Sequence[str], position: int, phrase: tuple[str, ...]) -> bool:
+    """Whether `phrase` (normalised words) is said at `position` of `words` (never, at a position before the first
+    word). The one check of a phrase at a place that the grammar and the matcher (`voxline.intents.recognize`) share."""
+    return position >= 0 and tuple(words[position:position + len(phrase)]) == phrase
+
+
 class LanguageGrammar:
     """The loaded grammar of one language, with its index."""
 
@@ -280,7 +286,7 @@ class LanguageGrammar:
         question ("why")."""
         for length in range(min(len(tokens), max(map(len, self.no_command_kinds), default=0)), 0, -1):
             if (kind := self.no_command_kinds.get(tuple(tokens[:length]))) is not None:
-                if any(len(phrase) > length and tuple(tokens[:len(phrase)]) == phrase for phrase in self.skip_words):
+                if any(len(phrase) > length and phrase_at(tokens, 0, phrase) for phrase in self.skip_words):
                     return None
                 return kind
         return None

@@ -157,8 +157,7 @@ class _Builder:
         # Fillers may also stand inside a sentence; the graph takes them only at its edges, as skip words (too
         # strict there, which the free decode covers). Vocatives too ("turn it off love"): the matcher decides
         # whether one is part of a name.
-        for phrase in dict.fromkeys(self.language.skip_words + getattr(self.language, "fillers", ())
-                                    + getattr(self.language, "vocatives", ())):
+        for phrase in dict.fromkeys(self.language.skip_words + self.language.fillers + self.language.vocatives):
             self._path(start, phrase, start)
             self._path(skip_tail, phrase, skip_tail)
         root = self._visit(self.language.trie.root)

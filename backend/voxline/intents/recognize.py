@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from voxline.intents.expression import Element, SlotRef
-from voxline.intents.grammar import CONFIRM_PLACEHOLDER, SPOKEN_SUFFIX, Grammar, LanguageGrammar, Template
+from voxline.intents.grammar import CONFIRM_PLACEHOLDER, SPOKEN_SUFFIX, Grammar, LanguageGrammar, Template, phrase_at
 from voxline.intents.normalize import normalize
 from voxline.intents.slots import SlotList, SlotValue, ValueList, Wildcard
 from voxline.intents.trie import TemplateEnd, TrieNode
@@ -241,14 +241,14 @@ def _repairs(tokens: list[str], kept: list[int], language: LanguageGrammar, edit
     joiners = language.repairs["joiners"]
 
     def holds(phrases: tuple[tuple[str, ...], ...], start: int, end: int) -> bool:
-        return any(_phrase_at(words, at, p) for at in range(start, end) for p in phrases
+        return any(phrase_at(words, at, p) for at in range(start, end) for p in phrases
                    if at + len(p) <= end)
 
     for repair in range(1, len(words)):
         # the interregnum: hesitations and corrections right before the repair, read backwards
         between, corrected = repair, False
         while True:
-            phrase = next((p for p in edits if _phrase_at(words, between - len(p), p)), None)
+            phrase = next((p for p in edits if phrase_at(words, between - len(p), p)), None)
             if phrase is None:
                 break
             between -= len(phrase)
@@ -304,7 +304,7 @@ def _hesitates_in_free_text(free_texts: list[list[str]], language: LanguageGramm
     hesitations = {p[0] for p in language.fillers if len(p) == 1}
     corrections = [p for p in language.repairs["corrections"] if len(p) > 1]
     return any(any(word in hesitations for word in words)
-               or any(_phrase_at(words, k, p) for p in corrections for k in range(len(words)))
+               or any(phrase_at(words, k, p) for p in corrections for k in range(len(words)))
                for words in free_texts)
 
 
@@ -320,7 +320,7 @@ def _clause_in_free_text(free_texts: list[list[str]], language: LanguageGrammar)
         for k in range(1, len(words)):
             for phrase in asides["subordinators"]:
                 after = k + len(phrase)
-                if _phrase_at(words, k, phrase) and after < len(words) and (
+                if phrase_at(words, k, phrase) and after < len(words) and (
                         (words[after],) in subjects or tuple(words[after:after + 2]) in subjects):
                     return True
     return False
@@ -524,7 +524,7 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
         return None
     no_value = {position + k for position in range(len(words)) for phrase in asides["not_values"]
-                if _phrase_at(words, position, phrase) for k in range(len(phrase))}
+                if phrase_at(words, position, phrase) for k in range(len(phrase))}
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
     subordinate = not first and _opens_with(words, asides["subordinators"])
@@ -550,31 +550,26 @@ def _less_a_closing_phrase(words: list[str], language: LanguageGrammar) -> list[
     to ...", or is someone's subject) binds nothing; a one-word skip word keeps its own `not_before` entry ("we
     never say please | turn it off")."""
     for phrase in language.skip_words:
-        if 1 < len(phrase) < len(words) and _phrase_at(words, len(words) - len(phrase), phrase):
+        if 1 < len(phrase) < len(words) and phrase_at(words, len(words) - len(phrase), phrase):
             return words[:len(words) - len(phrase)]
     return words
 
 
 def _opens_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` open with one of `phrases`."""
-    return any(_phrase_at(words, 0, phrase) for phrase in phrases)
+    return any(phrase_at(words, 0, phrase) for phrase in phrases)
 
 
 def _ends_with(words: list[str], phrases: Iterable[tuple[str, ...]]) -> bool:
     """Whether `words` end with one of `phrases`."""
-    return any(_phrase_at(words, len(words) - len(phrase), phrase) for phrase in phrases)
-
-
-def _phrase_at(words: Sequence[str], position: int, phrase: tuple[str, ...]) -> bool:
-    """Whether `phrase` is said at `position` of `words` (never, at a position before the first word)."""
-    return position >= 0 and tuple(words[position:position + len(phrase)]) == phrase
+    return any(phrase_at(words, len(words) - len(phrase), phrase) for phrase in phrases)
 
 
 def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
     """Whether one of the language's `asides.not_with` phrases starts at `position` of `words`, or the word there is
     the "'s" form of one, as the normaliser writes it ("the tv's too loud": "tvs")."""
     word = words[position]
-    return (any(_phrase_at(words, position, p) for p in asides["not_with"])
+    return (any(phrase_at(words, position, p) for p in asides["not_with"])
             or word.endswith("s") and (word[:-1],) in asides["not_with"])
 
 
@@ -726,12 +721,12 @@ def _edge_trims(tokens: list[str], language: LanguageGrammar,
         trimmed = False
         for phrase in edge_words:
             low, high = trims[-1]
-            if low + len(phrase) <= high and _phrase_at(tokens, low, phrase) \
+            if low + len(phrase) <= high and phrase_at(tokens, low, phrase) \
                     and not _may_be_a_word_start(tokens, low, phrase, language):
                 trims.append((low + len(phrase), high))
                 trimmed = True
             low, high = trims[-1]
-            if low + len(phrase) <= high and _phrase_at(tokens, high - len(phrase), phrase):
+            if low + len(phrase) <= high and phrase_at(tokens, high - len(phrase), phrase):
                 trims.append((low, high - len(phrase)))
                 trimmed = True
     return trims
@@ -744,7 +739,7 @@ def misheard_word_start(tokens: list[str], language: LanguageGrammar) -> str | N
     commands (the server's classifier) must refuse it too, or it acts on the opposite of what was said."""
     low, _ = _within_edge_words(tokens, language)
     for phrase, start in language.sound_alike.items():
-        if _phrase_at(tokens, low, phrase) and _may_be_a_word_start(tokens, low, phrase, language):
+        if phrase_at(tokens, low, phrase) and _may_be_a_word_start(tokens, low, phrase, language):
             return start + tokens[low + len(phrase)]
     return None
 
