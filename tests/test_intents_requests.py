@@ -267,3 +267,46 @@ def test_a_vocative_is_trimmed_only_when_the_utterance_is_no_command_with_it():
     assert recognize("play crazy in love", grammar).slots == {"query": "crazy in love"}
     # a skip word is trimmed first, as before
     assert recognize("play some jazz please", grammar).slots == {"query": "some jazz"}
+
+
+def test_a_vocative_goes_while_a_skip_phrase_at_the_other_edge_that_the_command_needs_stays():
+    document = {
+        "language": "en",
+        "intents": {"m.stop": {"sentences": ["can you stop"]}},
+        "skip_words": ["can you"],
+        "vocatives": ["love"],
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    assert recognize("can you stop", grammar).intent == "m.stop"
+    # the trims go one phrase at a time, the longer first ("can you", then "love"): "can you stop" was never tried
+    assert recognize("can you stop love", grammar).intent == "m.stop"
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # "can we have" is read as wanting while the word for the listener goes
+    ("can i have it quieter love", "media.volume_down", {}),
+    ("can we have the sound on mute sweetheart", "media.mute", {}),
+    # the player stopped by what it is
+    ("stop playing the audiobook", "media.stop", {}),
+    ("turn the radio station off", "media.stop", {}),
+    # mute said as a setting, the volume as a place it is put at, a timer put on
+    ("go to mute", "media.mute", {}),
+    ("put the tv on mute", None, None),
+    ("set it at volume thirty", "media.volume_set", {"level": 30}),
+    ("put on a five minute timer", "timer.set", {"seconds": 300}),
+    ("can we get a timer going for twenty minutes", "timer.set", {"seconds": 1200}),
+    # the previous song named by where it is
+    ("i want the track before this one back", "media.previous", {}),
+    # the music stopped, said twice ("that's enough", then by its pronoun)
+    ("that is enough music for tonight so turn it off", "media.stop", {}),
+    ("no more tunes thanks stop it", "media.stop", {}),
+    # a clause of time after a command: it acts now
+    ("pause the podcast until i get back from the shop", "media.pause", {}),
+    ("turn the music down till the baby is asleep", "media.volume_down", {}),
+    # ... but before it, "until" makes a condition, and a prohibition stays none
+    ("until the kettle boils pause it", None, None),
+    ("do not mute it until i say so", None, None),
+])
+def test_requests_of_the_twelfth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == (intent and (intent, slots))

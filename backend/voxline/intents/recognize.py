@@ -676,8 +676,8 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     phrase may end the command itself: "set a timer for a minute | please"), each edge trimmed at every point
     either edge's trimming passed; then, if different from the first, the first without any filler; then, when
     what is left is one phrase said over and over, that phrase once; last, the utterance trimmed of vocatives too,
-    the more trimmed first (a name may end in one: "play crazy in love" is played whole, "turn it off love" is
-    "turn it off")."""
+    each edge as far as any of those trims took it, the more trimmed first (a name may end in one: "play crazy in
+    love" is played whole, "turn it off love" is "turn it off")."""
     trims = _edge_trims(tokens, language, language.edge_words)
     low, high = trims[-1]
     first = list(range(low, high))
@@ -690,8 +690,7 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     # whichever edge comes first, so "先 | 把音乐停 | 一下" is trimmed "一下" first and "把音乐停一下" (a command
     # with its "一下") would be left untried.
     tried = set(trims)
-    for between in sorted({(lo, hi) for lo, _ in trims for _, hi in trims if lo < hi} - tried,
-                          key=lambda edges: (edges[1] - edges[0], edges)):
+    for between in _crossed(trims, tried):
         yield list(range(*between))
     unfilled = _without_fillers(tokens, first, language.fillers)
     if unfilled and len(unfilled) != len(first):
@@ -700,9 +699,21 @@ def _windows(tokens: list[str], language: LanguageGrammar) -> Iterator[list[int]
     if once is not None:
         yield once
     if not language.vocative_words.isdisjoint(tokens):
-        for between in reversed(_edge_trims(tokens, language, language.edge_and_vocative_words)):
-            if between not in tried and between[0] < between[1]:
-                yield list(range(*between))
+        # crossed as above: "can i have it louder | love" keeps its "can i" (read as "i want") while the vocative
+        # goes
+        tried |= _crossed_edges(trims)
+        for between in _crossed(_edge_trims(tokens, language, language.edge_and_vocative_words), tried):
+            yield list(range(*between))
+
+
+def _crossed_edges(trims: list[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Every window whose low edge one of `trims` reached and whose high edge one (perhaps another) reached."""
+    return {(low, high) for low, _ in trims for _, high in trims if low < high}
+
+
+def _crossed(trims: list[tuple[int, int]], tried: set[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`_crossed_edges` of `trims` not in `tried`, the more trimmed first."""
+    return sorted(_crossed_edges(trims) - tried, key=lambda edges: (edges[1] - edges[0], edges))
 
 
 def _within_edge_words(tokens: list[str], language: LanguageGrammar) -> tuple[int, int]:
