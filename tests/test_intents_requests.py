@@ -306,6 +306,12 @@ def test_a_vocative_goes_while_a_skip_phrase_at_the_other_edge_that_the_command_
     # ... but before it, "until" makes a condition, and a prohibition stays none
     ("until the kettle boils pause it", None, None),
     ("do not mute it until i say so", None, None),
+    # British: the time as the listener makes it, a timer called off
+    ("what time do you make it", "clock.time", {}),
+    ("call the countdown off", "timer.cancel", {}),
+    # a moment without its "for" is a distance after a verb of motion: no skip word ("go back a second" is no
+    # previous track)
+    ("go back a second", None, None),
 ])
 def test_requests_of_the_twelfth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
