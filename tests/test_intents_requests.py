@@ -317,3 +317,65 @@ def test_a_vocative_goes_while_a_skip_phrase_at_the_other_edge_that_the_command_
 def test_requests_of_the_twelfth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == (intent and (intent, slots))
+
+
+def test_a_clause_that_says_how_things_are_is_the_reason_for_the_request_beside_it():
+    document = {
+        "language": "en",
+        "intents": {"media.volume_down": {"sentences": ["turn it down", "its too loud"]},
+                    "media.volume_up": {"sentences": ["turn it up"]},
+                    "media.next": {"sentences": ["skip this song"]},
+                    "lights.on": {"sentences": ["turn the lights on", "its dark"]},
+                    "lights.off": {"sentences": ["turn the lights off"]}},
+        "asides": {"after_starts": ["its", "so"]},
+    }
+    before = Grammar.from_dict(compile_documents([document]))
+    assert recognize("skip this song its too loud", before) is None  # two commands in one breath
+    grammar = Grammar.from_dict(compile_documents([{**document, "asides": {**document["asides"], "reasons": ["its"]}}]))
+    assert recognize("skip this song its too loud", grammar).intent == "media.next"
+    assert recognize("its too loud skip this song", grammar).intent == "media.next"
+    assert recognize("turn it down its too loud", grammar).intent == "media.volume_down"  # said twice, as before
+    # a reason that asks for another intent of the request's own family contradicts it: one was misheard
+    assert recognize("turn it up its too loud", grammar) is None
+    assert recognize("its dark turn the lights off", grammar) is None
+    # two requests stay two
+    assert recognize("skip this song so turn it down", grammar) is None
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # a complaint said beside another request is its reason
+    ("pause the podcast it's far too loud", "media.pause", {}),
+    ("it's really loud in here mute it", "media.mute", {}),
+    ("next track please i can't hear the words anyway", "media.next", {}),
+    ("it's much too loud so mute it", "media.mute", {}),
+    # ... and a complaint of degree alone a request
+    ("it's rather loud in here", "media.volume_down", {}),
+    ("the music is awfully loud", "media.volume_down", {}),
+    # ... but not a question, nor another thing that is loud
+    ("is the music a bit loud", None, None),
+    ("the neighbours are a bit loud", None, None),
+    ("turn the volume up it's a bit loud", None, None),
+    # the music thrown out, the volume nudged or silenced
+    ("lose the tunes", "media.stop", {}),
+    ("that's enough of the music for tonight", "media.stop", {}),
+    ("bin this track", "media.next", {}),  # a song thrown out is the next one, as before
+    ("nudge it up a touch", "media.volume_up", {}),
+    ("silence the volume", "media.mute", {}),
+    # a very polite speaker, and one from Ireland
+    ("i wonder if you could turn the bedroom light off", "lights.off", {"area": "bedroom"}),
+    ("would you be so kind as to pause the music thank you very much", "media.pause", {}),
+    ("sorry to bother you but is it possible to turn it down", "media.volume_down", {}),
+    ("would you ever skip this one", "media.next", {}),
+    # the previous track said again in other words; a timer put on, its length first
+    ("play the last track one more time", "media.previous", {}),
+    ("put a twenty minute timer on", "timer.set", {"seconds": 1200}),
+    # the assistant told to stop, and why
+    ("never mind it doesn't matter", "assistant.stop", {}),
+    ("stop it i've heard enough", "assistant.stop", {}),
+    ("it doesn't matter", None, None),
+    # playing nicely is no song
+    ("play quietly in your room", None, None),
+])
+def test_requests_of_the_thirteenth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == (intent and (intent, slots))

@@ -31,6 +31,7 @@ Source file format (one language per file; later files extend or override earlie
       not_values: [this one]             # phrases whose words are no slot's value there ("one" is a pronoun)
       subordinators: [so, while]         # what opens a clause of purpose or time after a command ("mute it so
       subordinate_allows: [can, while]   # i can talk"): there these `not_with` words are part of the clause
+      reasons: [its, i cant]             # how a clause opens that says how things are: a reason, not a request
     repairs:                             # a speaker taking back what they just said ("pause the uh pause it",
       corrections: ["no", i mean]        # "five no ten minutes"): words that take it back (fillers hesitate)
       joiners: [and, then]               # words that add a second command rather than repair the first
@@ -89,7 +90,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 13
+ENGINE_REVISION = 14
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -110,7 +111,10 @@ an area (a named value) in an aside bars only a command whose intent takes areas
 a correction of two words or more in free text tries a repair ("play the beatles no wait play the stones"), and a
 subordinator with a subject in free text an aside ("play some jazz | while i cook").
 13: `vocatives`: words for the listener, trimmed from the edges only when the utterance is no command with them
-("turn the lights off love"; "play crazy in love" is played whole)."""
+("turn the lights off love"; "play crazy in love" is played whole).
+14: an aside that opens as one of the skill file's `asides.reasons` ("it's", "i can't") says how things are: read
+as a command of its own it is the reason for the command beside it, not a second request ("skip this song, it's a
+bit loud" skips; "turn it down, it's too loud" as before)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -125,7 +129,7 @@ _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words
                             "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
 _ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
-               "subordinators", "subordinate_allows")
+               "subordinators", "subordinate_allows", "reasons")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")
 NO_COMMAND_KIND = "no_command"

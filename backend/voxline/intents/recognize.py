@@ -424,7 +424,9 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     `LanguageGrammar.no_command_kind`) has no aside.
 
     Precision as everywhere: when two counting splits disagree, or the aside is another command itself (two
-    commands in one breath), nothing is returned."""
+    commands in one breath), nothing is returned; except that an aside opening as one of the language's `reasons`
+    ("its", "i cant") says how things are, and is the reason for the command beside it ("skip this song | its a bit
+    loud" skips, "its too loud | pause it" pauses)."""
     asides = language.asides
     if not any(asides.values()) or len(tokens) > MAX_ASIDE_UTTERANCE_WORDS:
         return None
@@ -458,15 +460,36 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             if got is not None and named & language.intents[got.intent].slot_lists:
                 continue  # the aside names what the command could have held: "in the kitchen | turn on the lights"
             if got is not None:
-                found.append(got)
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
-                if also is not None:
-                    found.append(also)
+                found.extend(_requested(got, also, words, [tokens[i] for i in command], asides["reasons"]))
             elif refers_back:
                 found.extend(_with_antecedent(aside, command, tokens, language, match))
     if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
         return None
     return found[0]
+
+
+def _requested(command: Match, aside: Match | None, aside_words: list[str], command_words: list[str],
+               reasons: Iterable[tuple[str, ...]]) -> list[Match]:
+    """What a split into a command and an aside asks for: the command, and the aside's own reading when it has one.
+    A part that opens as one of the language's `reasons` ("its", "i cant") says how things are; beside a request
+    that asks for something else it is that request's reason, not a second one: "skip this song | its a bit loud"
+    asks to skip, whichever part the split calls the command; not one of its own family (`_family`). Two requests
+    ("pause it | so turn it up") stay two."""
+    if aside is None or _meaning(aside.intent, aside.slots) == _meaning(command.intent, command.slots):
+        return [command] if aside is None else [command, aside]
+    aside_states, command_states = _opens_with(aside_words, reasons), _opens_with(command_words, reasons)
+    if aside_states != command_states and _family(aside.intent) != _family(command.intent):
+        return [command] if aside_states else [aside]
+    return [command, aside]
+
+
+def _family(intent: str) -> str:
+    """What an intent acts on, by its name: `lights.on` and `lights.off` act on the lights, `media.volume_up`,
+    `_down` and `_set` on the volume. A reason that asks for another intent of the same family contradicts the
+    request beside it ("its dark in here | turn the lights off": one of the two was misheard)."""
+    domain, _, action = intent.rpartition(".")
+    return f"{domain}.{action.rpartition('_')[0]}" if "_" in action else domain
 
 
 def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], language: LanguageGrammar,
