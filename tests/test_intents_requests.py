@@ -375,6 +375,14 @@ def test_a_clause_that_says_how_things_are_is_the_reason_for_the_request_beside_
     ("it doesn't matter", None, None),
     # playing nicely is no song
     ("play quietly in your room", None, None),
+    # dark to some degree, somewhere
+    ("it's terribly dark in the lounge", "lights.on", {"area": "living_room"}),
+    ("it's pitch black in here", "lights.on", {}),
+    # free text that holds another command and a clause after it: the previous track, or a song of that name?
+    ("play the previous track one more time i loved it", None, None),
+    # ... a song's name with such a clause in it is no other command, and is played whole
+    ("play what i've done", "media.play", {"query": "what ive done"}),
+    ("play the way i am", "media.play", {"query": "the way i am"}),
 ])
 def test_requests_of_the_thirteenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)

@@ -167,6 +167,8 @@ def recognize(
             beside = _with_aside(tokens, language, match_dislocated)
             if beside is not None and beside.intent == whole.intent:
                 return beside  # "play some jazz | while i cook" plays jazz
+        if whole is not None and free_texts and _another_command_before_a_clause(tokens, whole, language, match):
+            return None  # "play the last one again | i missed the chorus": the previous track, or a song?
         return whole or _with_dislocation(every, tokens, language, match) or _with_aside(tokens, language,
                                                                                          match_dislocated)
     except _TooManySteps:
@@ -323,6 +325,23 @@ def _clause_in_free_text(free_texts: list[list[str]], language: LanguageGrammar)
                 if phrase_at(words, k, phrase) and after < len(words) and (
                         (words[after],) in subjects or tuple(words[after:after + 2]) in subjects):
                     return True
+    return False
+
+
+def _another_command_before_a_clause(tokens: list[str], whole: Match, language: LanguageGrammar,
+                                     match: Callable[[list[int]], Match | None]) -> bool:
+    """Whether an utterance that matched with free text (`whole`) also reads as a command of another intent without
+    free text, followed by a clause that may be an aside after it (`asides.after_starts`, `_aside_values`): "play the
+    last one again | i missed the chorus" is the previous track or a song of that name, so it is neither. A song's
+    name with such a word in it ("play what ive done") reads as no other command and is played whole."""
+    starts = language.asides["after_starts"]
+    for k in range(MIN_COMMAND_WORDS_AFTER_AN_ASIDE, len(tokens) - MIN_ASIDE_WORDS + 1):
+        if (tokens[k],) not in starts and tuple(tokens[k:k + 2]) not in starts:
+            continue
+        before = match(list(range(k)))
+        if (before is not None and before.intent != whole.intent and not free_text_spans(before, language)
+                and _aside_values(tokens[k:], language, False, k) is not None):
+            return True
     return False
 
 
