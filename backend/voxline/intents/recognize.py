@@ -506,9 +506,10 @@ def _requested(command: Match, aside: Match | None, aside_words: list[str], comm
 def _family(intent: str) -> str:
     """What an intent acts on, by its name: `lights.on` and `lights.off` act on the lights, `media.volume_up`,
     `_down` and `_set` on the volume. A reason that asks for another intent of the same family contradicts the
-    request beside it ("its dark in here | turn the lights off": one of the two was misheard)."""
+    request beside it ("its dark in here | turn the lights off": one of the two was misheard). An intent named
+    without a domain is a family of its own."""
     domain, _, action = intent.rpartition(".")
-    return f"{domain}.{action.rpartition('_')[0]}" if "_" in action else domain
+    return f"{domain}.{action.rpartition('_')[0]}" if "_" in action else domain or intent
 
 
 def _with_antecedent(aside: list[int], command: list[int], tokens: list[str], language: LanguageGrammar,
