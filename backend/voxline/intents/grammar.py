@@ -115,9 +115,9 @@ subordinator with a subject in free text an aside ("play some jazz | while i coo
 14: an aside that opens as one of the skill file's `asides.reasons` ("it's", "i can't") says how things are: read
 as a command of its own it is the reason for the command beside it, not a second request ("skip this song, it's a
 bit loud" skips; "turn it down, it's too loud" as before), unless it asks for another intent of the request's own
-family (`recognize._family`: "it's dark, turn the lights off" stays none); free text that holds a command of another intent and
-then a clause that may be an aside after it ("play the last one again | i missed the chorus") makes the utterance
-ambiguous (`recognize._another_command_before_a_clause`)."""
+family (`recognize._family`: "it's dark, turn the lights off" stays none); free text that holds a command of
+another intent and then a clause that may be an aside after it ("play the last one again | i missed the chorus")
+makes the utterance ambiguous (`recognize._another_command_before_a_clause`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

@@ -322,8 +322,7 @@ def _clause_in_free_text(free_texts: list[list[str]], language: LanguageGrammar)
         for k in range(1, len(words)):
             for phrase in asides["subordinators"]:
                 after = k + len(phrase)
-                if phrase_at(words, k, phrase) and after < len(words) and (
-                        (words[after],) in subjects or tuple(words[after:after + 2]) in subjects):
+                if phrase_at(words, k, phrase) and _opens_with(words[after:], subjects):
                     return True
     return False
 
@@ -336,7 +335,7 @@ def _another_command_before_a_clause(tokens: list[str], whole: Match, language: 
     name with such a word in it ("play what ive done") reads as no other command and is played whole."""
     starts = language.asides["after_starts"]
     for k in range(MIN_COMMAND_WORDS_AFTER_AN_ASIDE, len(tokens) - MIN_ASIDE_WORDS + 1):
-        if (tokens[k],) not in starts and tuple(tokens[k:k + 2]) not in starts:
+        if not _opens_with(tokens[k:], starts):
             continue
         before = match(list(range(k)))
         if (before is not None and before.intent != whole.intent and not free_text_spans(before, language)
@@ -495,8 +494,10 @@ def _requested(command: Match, aside: Match | None, aside_words: list[str], comm
     that asks for something else it is that request's reason, not a second one: "skip this song | its a bit loud"
     asks to skip, whichever part the split calls the command; not one of its own family (`_family`). Two requests
     ("pause it | so turn it up") stay two."""
-    if aside is None or _meaning(aside.intent, aside.slots) == _meaning(command.intent, command.slots):
-        return [command] if aside is None else [command, aside]
+    if aside is None:
+        return [command]
+    if _meaning(aside.intent, aside.slots) == _meaning(command.intent, command.slots):
+        return [command, aside]
     aside_states, command_states = _opens_with(aside_words, reasons), _opens_with(command_words, reasons)
     if aside_states != command_states and _family(aside.intent) != _family(command.intent):
         return [command] if aside_states else [aside]
