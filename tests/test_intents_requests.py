@@ -387,3 +387,64 @@ def test_a_clause_that_says_how_things_are_is_the_reason_for_the_request_beside_
 def test_requests_of_the_thirteenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == (intent and (intent, slots))
+
+
+def test_a_subject_whose_is_the_normaliser_joined_to_it_opens_a_clause_after_a_command():
+    document = {
+        "language": "en",
+        "intents": {"timer.cancel": {"sentences": ["cancel the timer"]},
+                    "lights.on": {"sentences": ["turn the lights on [in the {area}]"]},
+                    "media.play": {"sentences": ["play some music"]}},
+        "lists": {"area": {"values": ["kitchen", "bedroom"]}},
+        "skip_words": ["and"],
+        "asides": {"after_starts": ["im"], "after_subjects": ["the", "this"], "clause_verbs": ["is"]},
+        "repairs": {"joiners": ["and"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    assert recognize("cancel the timer the cake is done", grammar).intent == "timer.cancel"  # as before
+    # "the cake's done": the normaliser writes "the cakes done", a subject and no verb of `clause_verbs`
+    assert recognize("cancel the timer the cake's done", grammar).intent == "timer.cancel"
+    assert recognize("cancel the timer this one's finished", grammar).intent == "timer.cancel"
+    # ... but a named value with its "is" joined is still the value the command could have held
+    assert recognize("turn the lights on the kitchen is dark", grammar) is None
+    assert recognize("turn the lights on the kitchen's dark", grammar) is None
+    # ... and two words are no clause: they may be the rest of the command
+    assert recognize("cancel the timer the cakes", grammar) is None
+    # a command opened by a joiner is a second request, not one with an aside before it
+    assert recognize("im back now play some music", grammar).intent == "media.play"
+    assert recognize("cancel the timer and play some music", grammar) is None
+    assert recognize("set a timer and play some music", grammar) is None
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # a subject with its "'s" after the command: the reason for it
+    ("stop the music, the dinner's ready", "media.stop", {}),
+    ("mute it, my mum's on the phone", "media.mute", {}),
+    ("cancel the timer the soup's ready", "timer.cancel", {}),
+    ("next song, this track's awful", "media.next", {}),
+    ("turn it down please, the baby's trying to sleep", "media.volume_down", {}),
+    # ... not when it names what the command could have held, nor another device
+    ("turn the lights on, the kitchen's dark", None, None),
+    ("switch off the light the bedroom's fine", None, None),
+    ("turn it down, the tv's on", None, None),
+    # a subject that needs its clause ends no aside before a command ("continue the song i'm | back now")
+    ("carry on with the song i'm back now", "media.resume", {}),
+    ("resume the music we're home now", "media.resume", {}),
+    # two requests joined, the first unfinished, stay none
+    ("start a timer and play some music", None, None),
+    ("put the heating on and play some jazz", None, None),
+    # a volume out of ten, and "put it on" a named level
+    ("put it on seven out of ten", "media.volume_set", {"level": 70}),
+    ("volume 3 out of 10 please", "media.volume_set", {"level": 30}),
+    ("crank it up to max", "media.volume_set", {"level": 100}),
+    ("take it to half", "media.volume_set", {"level": 50}),
+    # as said in Scotland
+    ("can ye turn the lights off in the kitchen", "lights.off", {"area": "kitchen"}),
+    ("would ye skip this one", "media.next", {}),
+    ("pause it for a wee second", "media.pause", {}),
+    ("turn it down a wee bit", "media.volume_down", {}),
+    ("stop the music the now", "media.stop", {}),
+])
+def test_requests_of_the_fourteenth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == (intent and (intent, slots))

@@ -90,7 +90,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 14
+ENGINE_REVISION = 15
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -117,7 +117,10 @@ as a command of its own it is the reason for the command beside it, not a second
 bit loud" skips; "turn it down, it's too loud" as before), unless it asks for another intent of the request's own
 family (`recognize._family`: "it's dark, turn the lights off" stays none); free text that holds a command of
 another intent and then a clause that may be an aside after it ("play the last one again | i missed the chorus")
-makes the utterance ambiguous (`recognize._another_command_before_a_clause`)."""
+makes the utterance ambiguous (`recognize._another_command_before_a_clause`).
+15: a subject clause after a command may be a determiner and a word in "s" with more after it, the normaliser
+having joined its "is" ("turn off the timer | the cake's done", "skip it | this one's rubbish"); no aside before a
+command with one of `repairs.joiners` between the two ("set a timer and | play some music" is two requests)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

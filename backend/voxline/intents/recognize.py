@@ -432,7 +432,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       is the aside's own ("pause it | im running to the loo"), a number or a duration never is ("in ten minutes |
       turn off the lights" is for later);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"; a closing phrase
-      of skip words left out: "great thank you | pause the music"), and is followed by
+      of skip words left out: "great thank you | pause the music"), nor is one of the language's
+      `repairs.joiners` between the two ("set a timer and | play some music" is two requests), and is followed by
       `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an `after_starts`
       word (a new subject: "im", "we", "because"), or with a subject and its verb (`_subject_clause`: "the phone is
       ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more ("stopping | the music was a
@@ -459,6 +460,9 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         for aside, command, first in ((list(range(length)), list(range(length, n)), True),
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             words = [tokens[i] for i in aside]
+            joiners = language.repairs["joiners"]
+            if first and (_ends_with(words, joiners) or _opens_with([tokens[i] for i in command], joiners)):
+                continue  # "set a timer | and play some music": a second request joined to the first, no aside
             named = _aside_values(words, language, first, len(command))
             plain = named is not None
             refers_back = first and any((tokens[i],) in pronouns for i in command)
@@ -579,12 +583,19 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
             return None
         if position in no_value or position in antecedent:
             continue
+        # a named value with the "is" the normaliser joined to it is still that value ("the kitchens dark")
+        word = words[position]
+        stem = [*words[:position], word[:-1], *words[position + 1:]] if word.endswith("s") else None
         for name, slot_list in language.lists.items():
-            if isinstance(slot_list, Wildcard) or not slot_list.consume(words, position):
+            if isinstance(slot_list, Wildcard):
                 continue
-            if not isinstance(slot_list, ValueList):
-                return None  # a number or a duration may say when or how much: "in ten minutes | turn off the lights"
-            named.add(name)
+            if slot_list.consume(words, position):
+                if not isinstance(slot_list, ValueList):
+                    # a number or a duration may say when or how much: "in ten minutes | turn off the lights"
+                    return None
+                named.add(name)
+            elif stem and isinstance(slot_list, ValueList) and slot_list.consume(stem, position):
+                named.add(name)
     return frozenset(named)
 
 
@@ -624,15 +635,16 @@ SUBJECT_VERB_WINDOW = 3
 def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
     """Whether `words` open with a subject of their own and its verb: a determiner of `after_subjects`, then within
     `SUBJECT_VERB_WINDOW` words one of `clause_verbs` ("the phone is ringing", "my wife has a call"), or a noun
-    whose "is" the normaliser joined to it before a verb in -ing ("the babys sleeping": English morphology, like
-    the only language that gives `after_subjects` today). Without the verb, what follows a command may be the rest
-    of it ("play music | the beatles"), so it is no aside."""
+    whose "is" the normaliser joined to it, with more after it ("the babys sleeping", "the cakes done", "this ones
+    rubbish": English morphology, like the only language that gives `after_subjects` today; a plural noun there
+    reads alike, "the kids woke up", and is a clause as well). Without the verb, what follows a command may be the
+    rest of it ("play music | the beatles"), so it is no aside."""
     if (words[0],) not in asides["after_subjects"]:
         return False
     window = words[1:1 + SUBJECT_VERB_WINDOW]
     if any((word,) in asides["clause_verbs"] for word in window):
         return True
-    return len(words) >= 3 and words[1].endswith("s") and words[2].endswith("ing")
+    return len(words) >= 3 and words[1].endswith("s")
 
 
 def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:
