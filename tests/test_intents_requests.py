@@ -416,6 +416,27 @@ def test_a_subject_whose_is_the_normaliser_joined_to_it_opens_a_clause_after_a_c
     assert recognize("set a timer and play some music", grammar) is None
 
 
+def test_a_reason_may_name_the_place_the_command_is_for():
+    document = {
+        "language": "en",
+        "intents": {"lights.on": {"sentences": ["turn the lights on [in the {area}]"]}},
+        "lists": {"area": {"values": ["kitchen", "bedroom"]}},
+        "asides": {"after_starts": ["its"]},
+    }
+    before = Grammar.from_dict(compile_documents([document]))
+    assert recognize("its dark in the kitchen turn the lights on", before) is None  # a place the command could hold
+    grammar = Grammar.from_dict(compile_documents([{**document, "asides": {**document["asides"], "reasons": ["its"]}}]))
+    found = recognize("its dark in the kitchen turn the lights on", grammar)
+    assert (found.intent, found.slots) == ("lights.on", {"area": "kitchen"})
+    assert found.text[slice(*found.spans["area"])] == "kitchen"
+    found = recognize("turn the lights on its dark in the bedroom", grammar)
+    assert (found.intent, found.slots) == ("lights.on", {"area": "bedroom"})
+    # a place said alone is no reason; two places, or one beside the command's own, are none
+    assert recognize("in the kitchen turn the lights on", grammar) is None
+    assert recognize("its dark in the kitchen and the bedroom turn the lights on", grammar) is None
+    assert recognize("its dark in the kitchen turn the lights on in the bedroom", grammar) is None
+
+
 @pytest.mark.parametrize(("text", "intent", "slots"), [
     # a subject with its "'s" after the command: the reason for it
     ("stop the music, the dinner's ready", "media.stop", {}),
@@ -444,6 +465,19 @@ def test_a_subject_whose_is_the_normaliser_joined_to_it_opens_a_clause_after_a_c
     ("pause it for a wee second", "media.pause", {}),
     ("turn it down a wee bit", "media.volume_down", {}),
     ("stop the music the now", "media.stop", {}),
+    # the place a reason names is where the command is for
+    ("i can't see a thing in the hall, put the light on", "lights.on", {"area": "hallway"}),
+    ("switch the lights on please, i can barely see in the dining room", "lights.on", {"area": "dining_room"}),
+    ("it's much too bright in the bedroom, turn the lights off", "lights.off", {"area": "bedroom"}),
+    # ... not when it is no reason, names two places, or the command names its own
+    ("in the garage turn on the lights", None, None),
+    ("i can't see in the kitchen or the garage, turn the lights on", None, None),
+    ("it's dark in the kitchen, turn on the light in the bedroom", None, None),
+    # a reason's "i can barely" is no question ("can")
+    ("turn it up, i can barely hear the radio", "media.volume_up", {}),
+    # what the speaker was going to do is no request
+    ("i was gonna turn the lights off but never mind", None, None),
+    ("so i was like totally gonna put some music on", None, None),
 ])
 def test_requests_of_the_fourteenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)

@@ -120,7 +120,9 @@ another intent and then a clause that may be an aside after it ("play the last o
 makes the utterance ambiguous (`recognize._another_command_before_a_clause`).
 15: a subject clause after a command may be a determiner and a word in "s" with more after it, the normaliser
 having joined its "is" ("turn off the timer | the cake's done", "skip it | this one's rubbish"); no aside before a
-command with one of `repairs.joiners` between the two ("set a timer and | play some music" is two requests)."""
+command with one of `repairs.joiners` between the two ("set a timer and | play some music" is two requests); a
+reason may name the value of a slot its command lacks ("i can't see a thing in the study | turn the light on":
+`recognize._with_the_reasons_value`), and a reason's opening phrase ("i can barely") is exempt from `not_with`."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

@@ -428,7 +428,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       someone else's words: "how do i | turn off the lights", "when i leave", "she said"; nor their "'s" forms,
       "the tv's too loud"), and no word a slot of the command's intent could take (an area, a number: "in the
       kitchen | turn on the lights" must not turn on every light), unless it is in one of the language's
-      `not_values` ("i hate this one | skip it": "one" is a pronoun); a named value no slot of the command takes
+      `not_values` ("i hate this one | skip it": "one" is a pronoun) or the aside is a reason that says where the
+      command is for (`_with_the_reasons_value`); a named value no slot of the command takes
       is the aside's own ("pause it | im running to the loo"), a number or a duration never is ("in ten minutes |
       turn off the lights" is for later);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"; a closing phrase
@@ -480,7 +481,11 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                 continue
             got = match(command) if plain else None
             if got is not None and named & language.intents[got.intent].slot_lists:
-                continue  # the aside names what the command could have held: "in the kitchen | turn on the lights"
+                # the aside names what the command could have held: "in the kitchen | turn on the lights" is none,
+                # unless it is the command's reason ("i cant see a thing in the study | turn the light on")
+                got = _with_the_reasons_value(got, named, aside, command, tokens, language, match)
+                if got is None:
+                    continue
             if got is not None:
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
                 found.extend(_requested(got, also, words, [tokens[i] for i in command], asides["reasons"]))
@@ -506,6 +511,39 @@ def _requested(command: Match, aside: Match | None, aside_words: list[str], comm
     if aside_states != command_states and _family(aside.intent) != _family(command.intent):
         return [command] if aside_states else [aside]
     return [command, aside]
+
+
+MAX_VALUE_LEAD_WORDS = 2
+"""The most words before a value in a reason that the command takes with it ("i cant see a thing | in the | study")."""
+
+
+def _with_the_reasons_value(got: Match, named: frozenset[str], aside: list[int], command: list[int],
+                            tokens: list[str], language: LanguageGrammar,
+                            match: Callable[[list[int]], Match | None]) -> Match | None:
+    """The command `got` with a slot value that its reason names: "i cant see a thing in the study | turn the light
+    on" turns on the study's light; else None. Only when the aside opens as one of the language's `asides.reasons`
+    (it says how things are, so the place it names is where the command is for; "in the kitchen | turn on the
+    lights" stays none), names values of one slot list only, one value, which the command's intent takes and no
+    slot of `got` holds; and the command followed by the value's words (with up to `MAX_VALUE_LEAD_WORDS` words said
+    just before them, "in the") is a command of the same intent with `got`'s slots and that one more."""
+    words = [tokens[i] for i in aside]
+    held = set(slot_list_names(language, got.template).get(name, name) for name in got.slots)
+    if (not _opens_with(words, language.asides["reasons"]) or len(named) != 1
+            or not named <= language.intents[got.intent].slot_lists or named & held):
+        return None
+    slot_list = language.lists[next(iter(named))]
+    spans = [(position, end, value) for position in range(len(words))
+             for end, value in slot_list.consume(words, position)]
+    if len({value for _, _, value in spans}) != 1:
+        return None
+    position, end, value = max(spans, key=lambda span: span[1] - span[0])
+    for lead in range(min(MAX_VALUE_LEAD_WORDS, position), -1, -1):
+        found = match([*command, *aside[position - lead:end]])
+        if (found is not None and found.intent == got.intent and len(found.slots) == len(got.slots) + 1
+                and value in found.slots.values() and all(found.slots.get(k) == v for k, v in got.slots.items())
+                and all(begin < finish for begin, finish in found.spans.values())):
+            return found
+    return None
 
 
 def _family(intent: str) -> str:
@@ -576,9 +614,11 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
     # A clause of purpose or time after the command ("so i can sleep", "while i take this call") may hold words
     # that make other clauses none (a modal, its own opener): they are the clause's, not a question's.
     subordinate = not first and _opens_with(words, asides["subordinators"])
+    # ... and a reason's own opening is no question ("i can barely see": "can" is the reason's)
+    reason = max((len(phrase) for phrase in asides["reasons"] if phrase_at(words, 0, phrase)), default=0)
     named: set[str] = set()
     for position in range(len(own)):
-        allowed = subordinate and (words[position],) in asides["subordinate_allows"]
+        allowed = position < reason or subordinate and (words[position],) in asides["subordinate_allows"]
         if _not_with_at(words, position, asides) and not allowed:
             return None
         if position in no_value or position in antecedent:
