@@ -456,12 +456,11 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
         return None
     found: list[Match] = []
     n = len(tokens)
-    pronouns = language.dislocation["pronouns"]
+    pronouns, joiners = language.dislocation["pronouns"], language.repairs["joiners"]
     for length in range(MIN_ASIDE_WORDS, n):
         for aside, command, first in ((list(range(length)), list(range(length, n)), True),
                                       (list(range(n - length, n)), list(range(n - length)), False)):
             words = [tokens[i] for i in aside]
-            joiners = language.repairs["joiners"]
             if first and (_ends_with(words, joiners) or _opens_with([tokens[i] for i in command], joiners)):
                 continue  # "set a timer | and play some music": a second request joined to the first, no aside
             named = _aside_values(words, language, first, len(command))
@@ -527,7 +526,7 @@ def _with_the_reasons_value(got: Match, named: frozenset[str], aside: list[int],
     slot of `got` holds; and the command followed by the value's words (with up to `MAX_VALUE_LEAD_WORDS` words said
     just before them, "in the") is a command of the same intent with `got`'s slots and that one more."""
     words = [tokens[i] for i in aside]
-    held = set(slot_list_names(language, got.template).get(name, name) for name in got.slots)
+    held = {slot_list_names(language, got.template).get(name, name) for name in got.slots}
     if (not _opens_with(words, language.asides["reasons"]) or len(named) != 1
             or not named <= language.intents[got.intent].slot_lists or named & held):
         return None
