@@ -161,6 +161,14 @@ def test_error_lines_name_what_was_said_expected_got_and_source():
     assert '"level": 14' in lines[0] and "source local" in lines[0] and "fourteen" in lines[0]
 
 
+def test_an_early_act_says_the_words_it_was_read_from():
+    early = intent(11.0, "media.previous") | {"early": True, "text": "last track", "confidence": 0.83}
+    o = outcome(SetItem("next track please", "media.next", {}, "command"), [early, final(11.8, "next track please")])
+    assert (o["early"], o["acted_on"], o["acted_confidence"]) == (True, "last track", 0.83)
+    [line] = error_lines([o])
+    assert "heard 'next track please'" in line and "acted on 'last track' (early)" in line
+
+
 def test_limit_spreads_over_the_whole_set():
     items = [SetItem(f"c{i}", "clock.time", {}, "command") for i in range(80)] + \
             [SetItem(f"o{i}", None, {}, "ood") for i in range(20)]

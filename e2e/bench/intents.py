@@ -198,6 +198,9 @@ def score(spoken: Spoken, events: list[dict], ends: list[float] | None = None) -
         "source": intent.get("source", "none") if intent else "none",
         "eos_to_intent_ms": round(1000 * (intent["audio_t"] - spoken.end_s), 1) if intent else None,
         "early": bool(intent and intent.get("early")),
+        # the words the command was read from: an early act's pause decode, or the command reading of the final
+        "acted_on": intent.get("text") if intent else None,
+        "acted_confidence": intent.get("confidence") if intent else None,
         "stages": _stages(spoken, finals[0] if finals else None, intent),
         "heard": " | ".join(e["text"] for e in finals) or None,
         "server_heard": " | ".join(e["text"] for e in server_finals) or None, "replied": replied,
@@ -303,6 +306,7 @@ def error_lines(outcomes: list[dict]) -> list[str]:
         got = f"{o['got']} {json.dumps(o['got_slots'])}" if o["got"] else "nothing"
         lines.append(f"{o['config']}\t{o['voice']}/{o['condition']}\t{o['pass']}\t{o['text']!r}\texpected {want}\t"
                      f"got {got}\tsource {o['source']}\theard {o['heard']!r}"
+                     + (f"\tacted on {o['acted_on']!r}{' (early)' if o['early'] else ''}" if o.get("acted_on") else "")
                      + (f"\tserver heard {o['server_heard']!r}" if o.get("server_heard") else "")
                      + ("\t(chat reply)" if o["replied"] else ""))
     return lines
