@@ -11,6 +11,9 @@ Source file format (one language per file; later files extend or override earlie
     vocatives: [love, guys]              # words for the listener, dropped from the edges like skip words but only
                                          # when the utterance is no command with them: a name may end in one
                                          # ("play crazy in love" plays "crazy in love"; "turn it off love")
+    tags: [there, again]                 # words a speaker ends a request with that add nothing ("tell me the time
+                                         # there", "unmute it again"): compiled into the vocatives, trimmed as they
+                                         # are ("play it again" may be a template, "play out there" a name)
     sound_alike: {and: un}               # a word a recogniser may hear for a word's start ("and mute" for
                                          # "unmute"): not skipped where that start and the next word are a word
                                          # (a skip word), nor left out of a command reading (the lexicon)
@@ -90,7 +93,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 15
+ENGINE_REVISION = 16
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -122,7 +125,10 @@ makes the utterance ambiguous (`recognize._another_command_before_a_clause`).
 having joined its "is" ("turn off the timer | the cake's done", "skip it | this one's rubbish"); no aside before a
 command with one of `repairs.joiners` between the two ("set a timer and | play some music" is two requests); a
 reason may name the value of a slot its command lacks ("i can't see a thing in the study | turn the light on":
-`recognize._with_the_reasons_value`), and a reason's opening phrase ("i can barely") is exempt from `not_with`."""
+`recognize._with_the_reasons_value`), and a reason's opening phrase ("i can barely") is exempt from `not_with`.
+16: an aside some of whose words, said with the command, make a command of another intent is no aside ("pause di |
+music for me": `recognize._aside_makes_another_command`); a command said again with more slots is that one
+("lights off | lights off in the bedroom": `recognize._said_again_with_more`); `tags` trimmed as vocatives are."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -133,7 +139,7 @@ VERSION_HEX_DIGITS = 16
 CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 """A placeholder in a confirmation: ``{slot}`` is the value, ``{slot_spoken}`` its spoken form."""
 SPOKEN_SUFFIX = "_spoken"
-_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives",
+_DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives", "tags",
                             "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
 _ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
@@ -463,8 +469,9 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
         target["rules"][str(name)] = _string(text, f"{where} rule {name}")
     target["skip_words"].extend(_strings(document.get("skip_words", []), f"{where} skip_words"))
     target.setdefault("fillers", []).extend(_strings(document.get("fillers", []), f"{where} fillers"))
-    if "vocatives" in document:
-        target.setdefault("vocatives", []).extend(_strings(document["vocatives"], f"{where} vocatives"))
+    for key in ("vocatives", "tags"):  # a tag is trimmed as a vocative is: one list in the compiled dict
+        if key in document:
+            target.setdefault("vocatives", []).extend(_strings(document[key], f"{where} {key}"))
     if "no_command_openings" in document:
         for kind, phrases in _opening_kinds(document["no_command_openings"], where).items():
             target.setdefault("no_command_openings", {}).setdefault(kind, []).extend(phrases)

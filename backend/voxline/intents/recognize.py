@@ -485,6 +485,8 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
                 got = _with_the_reasons_value(got, named, aside, command, tokens, language, match)
                 if got is None:
                     continue
+            if got is not None and _aside_makes_another_command(got, aside, command, first, tokens, language, match):
+                got = None  # "pause di | music for me": the aside's "pause" is what was asked, not "music"
             if got is not None:
                 also = match(aside)  # "its dark in here | turn the lights on" says it twice: fine
                 found.extend(_requested(got, also, words, [tokens[i] for i in command], asides["reasons"]))
@@ -493,6 +495,33 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
     if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
         return None
     return found[0]
+
+
+MAX_ASIDE_SPAN_WORDS = 3
+"""The most words of an aside tried with the command beside it (`_aside_makes_another_command`)."""
+
+
+def _aside_makes_another_command(got: Match, aside: list[int], command: list[int], first: bool, tokens: list[str],
+                                 language: LanguageGrammar, match: Callable[[list[int]], Match | None]) -> bool:
+    """Whether a few words of the aside next to the command (up to `MAX_ASIDE_SPAN_WORDS` in a row, not opening
+    with a skip word nor after a `not_before` word, with only words no template has between them and the command),
+    said with the command, make a command of another intent: then the aside holds what was asked and the command
+    part is its object, with words misheard or unknown to the grammar between them ("pause di | music for me",
+    "switch off di | music man"), and the split would read the object alone as a command ("music" plays). A reason
+    beside a command has no such words ("its too loud | pause it"), nor has a negated verb ("不想听 | 这个换一个")."""
+    for start in range(len(aside)):
+        if (_opens_with([tokens[i] for i in aside[start:]], language.skip_words)
+                or _ends_with([tokens[i] for i in aside[:start]], language.asides["not_before"])):
+            continue  # a word that binds the span is no request of it ("不想 | 听", "i dont want to | hear")
+        for end in range(start + 1, min(start + MAX_ASIDE_SPAN_WORDS, len(aside)) + 1):
+            between = aside[end:] if first else aside[:start]
+            if any(tokens[i] in language.words for i in between):
+                continue
+            span = aside[start:end]
+            found = match([*span, *command] if first else [*command, *span])
+            if found is not None and found.intent != got.intent:
+                return True
+    return False
 
 
 def _requested(command: Match, aside: Match | None, aside_words: list[str], command_words: list[str],
@@ -506,10 +535,21 @@ def _requested(command: Match, aside: Match | None, aside_words: list[str], comm
         return [command]
     if _meaning(aside.intent, aside.slots) == _meaning(command.intent, command.slots):
         return [command, aside]
+    if aside.intent == command.intent and _said_again_with_more(aside, command):
+        return [command]  # "lights off | lights off in the bedroom": said again, with where
+    if aside.intent == command.intent and _said_again_with_more(command, aside):
+        return [aside]
     aside_states, command_states = _opens_with(aside_words, reasons), _opens_with(command_words, reasons)
     if aside_states != command_states and _family(aside.intent) != _family(command.intent):
         return [command] if aside_states else [aside]
     return [command, aside]
+
+
+def _said_again_with_more(first: Match, again: Match) -> bool:
+    """Whether `again` is `first` said again with more slots filled, each of `first`'s slots the same: a speaker who
+    repeats a command and adds where or how much asks for it once, with that ("lights off | lights off in the
+    bedroom"); a value said differently is two requests ("lights off in the kitchen | lights off in the bedroom")."""
+    return len(again.slots) > len(first.slots) and all(again.slots.get(k) == v for k, v in first.slots.items())
 
 
 MAX_VALUE_LEAD_WORDS = 2
