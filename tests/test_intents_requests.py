@@ -482,3 +482,84 @@ def test_a_reason_may_name_the_place_the_command_is_for():
 def test_requests_of_the_fourteenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == (intent and (intent, slots))
+
+
+def test_an_aside_whose_words_make_the_command_another_intent_is_no_aside():
+    document = {
+        "language": "en",
+        "intents": {"m.play": {"sentences": ["some music"]}, "m.pause": {"sentences": ["pause [some] music"]}},
+        "skip_words": ["please"],
+        "asides": {"after_starts": ["its"], "not_with": ["you"], "not_before": ["dont"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    # "pause zz | music": "pause" with the command is another intent, with only an unknown word between them
+    assert recognize("hey there pause zz some music", grammar) is None
+    assert recognize("hey there pause some music", grammar).intent == "m.pause"
+    # a clause whose words make no command keeps its split; a negated verb is no request of it
+    assert recognize("hey there all good some music", grammar).intent == "m.play"
+    assert recognize("i dont pause zz some music", grammar).intent == "m.play"
+
+
+def test_a_command_said_again_with_more_is_that_one():
+    document = {
+        "language": "en",
+        "intents": {"l.off": {"sentences": ["lights off [in the {area}]"]}},
+        "lists": {"area": {"values": ["kitchen", "bedroom"]}},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    found = recognize("lights off lights off in the bedroom", grammar)
+    assert (found.intent, found.slots) == ("l.off", {"area": "bedroom"})
+    assert recognize("lights off in the kitchen lights off in the bedroom", grammar) is None  # two requests
+
+
+def test_tags_are_trimmed_only_when_the_utterance_is_no_command_with_them():
+    document = {
+        "language": "en",
+        "intents": {"c.time": {"sentences": ["tell me the time"]}, "m.play": {"sentences": ["play {query}"]},
+                    "m.again": {"sentences": ["play it again"]}},
+        "lists": {"query": {"wildcard": {"max_tokens": 4}}},
+        "tags": ["there", "again"],
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    assert recognize("tell me the time there", grammar).intent == "c.time"
+    assert recognize("play it again", grammar).intent == "m.again"
+    assert recognize("play out there", grammar).slots == {"query": "out there"}
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # an aside that holds the command's verb, with a word the grammar lacks between them, is none, not the object
+    ("right so pause da music for us", None, None),
+    ("okay kill di music", None, None),
+    # ... a clause that makes no command keeps its split
+    ("the baby's finally asleep, turn it down", "media.volume_down", {}),
+    # a command said again, the second time with where
+    ("lights on, lights on in the kitchen", "lights.on", {"area": "kitchen"}),
+    ("turn the lights off, turn off the lights in the garage", "lights.off", {"area": "garage"}),
+    ("lights on in the kitchen, lights on in the garage", None, None),
+    # ... or in other words
+    ("skip it, next song", "media.next", {}),
+    ("lights on please, switch on the kitchen light", "lights.on", {"area": "kitchen"}),
+    ("turn it up, turn it down", None, None),
+    ("mute it, unmute it", None, None),
+    # tags: Irish and Scottish "there", "again", Singapore "lah"
+    ("turn the big light off there", "lights.off", {}),
+    ("mute the sound again", "media.mute", {}),
+    ("skip this one lah", "media.next", {}),
+    ("play hello there", "media.play", {"query": "hello there"}),
+    # very formal frames and a worry about the bother
+    ("might i trouble you to pause the music", "media.pause", {}),
+    ("would you be so good as to turn the lights on in the study", "lights.on", {"area": "office"}),
+    ("turn the volume down if it's no bother", "media.volume_down", {}),
+    # "no, make it" corrects a value
+    ("set a timer for five minutes, no, make it eight minutes", "timer.set", {"seconds": 480}),
+    # "i am" binds what follows as "i'm" does ("continue the music, i am | back now")
+    ("carry on with the music, i am back now", "media.resume", {}),
+    # "us" for whom, a named level before "volume"
+    ("play us some reggae", "media.play", {"query": "reggae"}),
+    ("bring it to half volume", "media.volume_set", {"level": 50}),
+    ("switch to the next track", "media.next", {}),
+    ("mmh, pause the music", "media.pause", {}),
+])
+def test_requests_of_the_fifteenth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == (intent and (intent, slots))

@@ -169,10 +169,32 @@ def recognize(
                 return beside  # "play some jazz | while i cook" plays jazz
         if whole is not None and free_texts and _another_command_before_a_clause(tokens, whole, language, match):
             return None  # "play the last one again | i missed the chorus": the previous track, or a song?
-        return whole or _with_dislocation(every, tokens, language, match) or _with_aside(tokens, language,
-                                                                                         match_dislocated)
+        return (whole or _with_dislocation(every, tokens, language, match)
+                or _with_aside(tokens, language, match_dislocated) or _said_again(tokens, match))
     except _TooManySteps:
         return None
+
+
+MAX_SAID_AGAIN_WORDS = 12
+"""The longest utterance read as one command said twice (`_said_again`): each half is a short command."""
+
+
+def _said_again(tokens: list[str], match: Callable[[list[int]], Match | None]) -> Match | None:
+    """The command of an utterance that is one command said twice, in the same words or others, the second time (or
+    the first) with more slots filled and the others the same: "lights on | lights on in the kitchen" asks once,
+    for the kitchen, "never mind | cancel that" once. A slot said differently makes two requests ("lights on in the
+    kitchen | lights on in the garage": none), as does another intent; when two splits disagree, nothing is
+    returned. At most `MAX_SAID_AGAIN_WORDS` words."""
+    found: dict[tuple[str, str], Match] = {}
+    for cut in range(1, len(tokens) if len(tokens) <= MAX_SAID_AGAIN_WORDS else 0):
+        first = match(list(range(cut)))
+        again = match(list(range(cut, len(tokens)))) if first is not None else None
+        if again is None or first.intent != again.intent:
+            continue
+        fuller, other = (again, first) if len(again.slots) >= len(first.slots) else (first, again)
+        if all(fuller.slots.get(name) == value for name, value in other.slots.items()):
+            found.setdefault(_meaning(fuller.intent, fuller.slots), fuller)
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 MAX_REPARANDUM_WORDS = 4
@@ -535,21 +557,10 @@ def _requested(command: Match, aside: Match | None, aside_words: list[str], comm
         return [command]
     if _meaning(aside.intent, aside.slots) == _meaning(command.intent, command.slots):
         return [command, aside]
-    if aside.intent == command.intent and _said_again_with_more(aside, command):
-        return [command]  # "lights off | lights off in the bedroom": said again, with where
-    if aside.intent == command.intent and _said_again_with_more(command, aside):
-        return [aside]
     aside_states, command_states = _opens_with(aside_words, reasons), _opens_with(command_words, reasons)
     if aside_states != command_states and _family(aside.intent) != _family(command.intent):
         return [command] if aside_states else [aside]
     return [command, aside]
-
-
-def _said_again_with_more(first: Match, again: Match) -> bool:
-    """Whether `again` is `first` said again with more slots filled, each of `first`'s slots the same: a speaker who
-    repeats a command and adds where or how much asks for it once, with that ("lights off | lights off in the
-    bedroom"); a value said differently is two requests ("lights off in the kitchen | lights off in the bedroom")."""
-    return len(again.slots) > len(first.slots) and all(again.slots.get(k) == v for k, v in first.slots.items())
 
 
 MAX_VALUE_LEAD_WORDS = 2
