@@ -127,8 +127,8 @@ command with one of `repairs.joiners` between the two ("set a timer and | play s
 reason may name the value of a slot its command lacks ("i can't see a thing in the study | turn the light on":
 `recognize._with_the_reasons_value`), and a reason's opening phrase ("i can barely") is exempt from `not_with`.
 16: an aside some of whose words, said with the command, make a command of another intent is no aside ("pause di |
-music for me": `recognize._aside_makes_another_command`); a command said again with more slots is that one
-("lights off | lights off in the bedroom": `recognize._said_again_with_more`); `tags` trimmed as vocatives are."""
+music for me": `recognize._aside_makes_another_command`); a command said twice, once with more slots, is the fuller
+one ("lights off | lights off in the bedroom": `recognize._said_again`); `tags` trimmed as vocatives are."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"

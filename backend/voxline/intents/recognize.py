@@ -185,8 +185,10 @@ def _said_again(tokens: list[str], match: Callable[[list[int]], Match | None]) -
     for the kitchen, "never mind | cancel that" once. A slot said differently makes two requests ("lights on in the
     kitchen | lights on in the garage": none), as does another intent; when two splits disagree, nothing is
     returned. At most `MAX_SAID_AGAIN_WORDS` words."""
+    if len(tokens) > MAX_SAID_AGAIN_WORDS:
+        return None
     found: dict[tuple[str, str], Match] = {}
-    for cut in range(1, len(tokens) if len(tokens) <= MAX_SAID_AGAIN_WORDS else 0):
+    for cut in range(1, len(tokens)):
         first = match(list(range(cut)))
         again = match(list(range(cut, len(tokens)))) if first is not None else None
         if again is None or first.intent != again.intent:
