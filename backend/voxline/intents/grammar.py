@@ -215,8 +215,8 @@ class LanguageGrammar:
         self.vocatives: tuple[tuple[str, ...], ...] = tuple(
             sorted({tuple(normalize(phrase).split(" ")) for phrase in data.get("vocatives", [])},
                    key=lambda p: (-len(p), p)))
-        """Words for the listener ("love", "guys"), trimmed from the edges only when the utterance is no command
-        with them (see `recognize._windows`)."""
+        """Words for the listener ("love", "guys"), and the skill file's `tags` ("there", "again"), trimmed from the
+        edges only when the utterance is no command with them (see `recognize._windows`)."""
         if ("",) in self.vocatives:
             raise GrammarError(f"{lang}: a vocative normalises to nothing")
         self.vocative_words: frozenset[str] = frozenset(word for phrase in self.vocatives for word in phrase)

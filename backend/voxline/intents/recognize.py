@@ -533,14 +533,14 @@ def _aside_makes_another_command(got: Match, aside: list[int], command: list[int
     part is its object, with words misheard or unknown to the grammar between them ("pause di | music for me",
     "switch off di | music man"), and the split would read the object alone as a command ("music" plays). A reason
     beside a command has no such words ("its too loud | pause it"), nor has a negated verb ("不想听 | 这个换一个")."""
+    words = [tokens[i] for i in aside]
+    known = [word in language.words for word in words]
     for start in range(len(aside)):
-        if (_opens_with([tokens[i] for i in aside[start:]], language.skip_words)
-                or _ends_with([tokens[i] for i in aside[:start]], language.asides["not_before"])):
+        if _opens_with(words[start:], language.skip_words) or _ends_with(words[:start], language.asides["not_before"]):
             continue  # a word that binds the span is no request of it ("不想 | 听", "i dont want to | hear")
         for end in range(start + 1, min(start + MAX_ASIDE_SPAN_WORDS, len(aside)) + 1):
-            between = aside[end:] if first else aside[:start]
-            if any(tokens[i] in language.words for i in between):
-                continue
+            if any(known[end:] if first else known[:start]):
+                continue  # a word of the grammar between the span and the command
             span = aside[start:end]
             found = match([*span, *command] if first else [*command, *span])
             if found is not None and found.intent != got.intent:
