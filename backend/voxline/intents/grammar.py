@@ -27,6 +27,7 @@ Source file format (one language per file; later files extend or override earlie
                                          # overrides one ("why dont you" is a request, "why" a question)
     asides:                              # a clause beside a command ("the baby's asleep, turn it down"):
       after_starts: [i, because]         # how one after the command starts
+      after_persons: [i, we]             # ... when it is someone's own clause, whose durations are its own
       after_subjects: [the, my]          # ... or a subject's determiner, when a `clause_verbs` word follows
       clause_verbs: [is, are]            #   within three words ("the phone is ringing", "the baby's asleep")
       not_with: [how, if, said]          # words that make a clause no aside (a question, a condition, a quote)
@@ -93,7 +94,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 16
+ENGINE_REVISION = 17
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -128,7 +129,11 @@ reason may name the value of a slot its command lacks ("i can't see a thing in t
 `recognize._with_the_reasons_value`), and a reason's opening phrase ("i can barely") is exempt from `not_with`.
 16: an aside some of whose words, said with the command, make a command of another intent is no aside ("pause di |
 music for me": `recognize._aside_makes_another_command`); a command said twice, once with more slots, is the fuller
-one ("lights off | lights off in the bedroom": `recognize._said_again`); `tags` trimmed as vocatives are."""
+one ("lights off | lights off in the bedroom": `recognize._said_again`); `tags` trimmed as vocatives are.
+17: a stammered start of a word is left out ("c- cancel the timer": `recognize.without_word_starts`); a duration in
+an aside after the command that opens with a person (`asides.after_persons`: "pause it | i'll be back in two
+minutes") is that clause's, barring only a command that takes one; a command of one word may follow an aside that
+is a subject's clause ("this song is rubbish | skip")."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -142,7 +147,7 @@ SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives", "tags",
                             "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
-_ASIDE_KEYS = ("after_starts", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
+_ASIDE_KEYS = ("after_starts", "after_persons", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
                "subordinators", "subordinate_allows", "reasons")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")

@@ -133,7 +133,7 @@ def recognize(
     """
     language = grammar.language(lang)
     normalised = normalize(text)
-    tokens = normalised.split(" ") if normalised else []
+    tokens = without_word_starts(normalised.split(" ") if normalised else [], language)
     stats = stats if stats is not None else MatchStats()
 
     def match(positions: list[int]) -> Match | None:
@@ -173,6 +173,25 @@ def recognize(
                 or _with_aside(tokens, language, match_dislocated) or _said_again(tokens, match))
     except _TooManySteps:
         return None
+
+
+MAX_WORD_START_CHARACTERS = 3
+"""The longest stammered start of a word left out (`without_word_starts`): "c", "ca", "can" of "cancel"."""
+
+
+def without_word_starts(tokens: list[str], language: LanguageGrammar) -> list[str]:
+    """`tokens` less the starts of words a speaker stammered, as a recogniser writes them ("c- cancel the timer",
+    "t- turn the lights on": the normaliser leaves "c", "t"): a token of at most `MAX_WORD_START_CHARACTERS`
+    characters that no template has, before a longer word that begins with it, perhaps said again first ("m- m-
+    mute it"). A word of the grammar stays ("a", "i", "up"), as does a letter said before another word or before
+    itself alone ("play b b king", "k pop")."""
+    kept = []
+    for k, token in enumerate(tokens):
+        after = next((word for word in tokens[k + 1:] if word != token), "")
+        if not (len(token) <= MAX_WORD_START_CHARACTERS and len(after) > len(token) and after.startswith(token)
+                and token not in language.words):
+            kept.append(token)
+    return kept
 
 
 MAX_SAID_AGAIN_WORDS = 12
@@ -503,6 +522,11 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             if not at_skip_word and not opens_a_clause and match(joined) is not None:
                 continue
             got = match(command) if plain else None
+            if got is not None and len(command) < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and any(
+                    isinstance(language.lists[name], Wildcard) for name in language.intents[got.intent].slot_lists):
+                continue  # "my neighbour keeps playing loud | music": the clause's object, not a request
+            if got is not None and _family_takes(got.intent, _counted(named, language), language):
+                continue  # "turn it up | i want it at fifty": a level said, the step is not what was asked
             if got is not None and named & language.intents[got.intent].slot_lists:
                 # the aside names what the command could have held: "in the kitchen | turn on the lights" is none,
                 # unless it is the command's reason ("i cant see a thing in the study | turn the light on")
@@ -598,6 +622,17 @@ def _with_the_reasons_value(got: Match, named: frozenset[str], aside: list[int],
     return None
 
 
+def _counted(lists: Iterable[str], language: LanguageGrammar) -> set[str]:
+    """Those of `lists` that are numbers or durations, not named values."""
+    return {name for name in lists if not isinstance(language.lists[name], ValueList)}
+
+
+def _family_takes(intent: str, lists: set[str], language: LanguageGrammar) -> bool:
+    """Whether an intent of `intent`'s family (`_family`) has a slot of one of `lists`."""
+    return bool(lists) and any(_family(other) == _family(intent) and lists & spec.slot_lists
+                               for other, spec in language.intents.items())
+
+
 def _family(intent: str) -> str:
     """What an intent acts on, by its name: `lights.on` and `lights.off` act on the lights, `media.volume_up`,
     `_down` and `_set` on the volume. A reason that asks for another intent of the same family contradicts the
@@ -649,14 +684,20 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
                   antecedent: range = range(0)) -> frozenset[str] | None:
     """The slot lists whose values `words` name, when they may be a clause beside a command (see `_with_aside`),
     else None; `first`: it comes before it. The caller refuses a command that takes a value of one of these lists; a
-    number or a duration makes no aside at all (it may be when the command is for, which no intent here says).
-    The words of an `antecedent` (see `_with_antecedent`) go into the command, so they are no aside's values."""
+    number or a duration makes no aside at all (it may be when the command is for, which no intent here says),
+    except in a clause after the command that opens with a person (`asides.after_persons`: "pause it | i'll be back
+    in two minutes" says when the speaker is back; the caller refuses a command of a family that takes one). A
+    command of one word may follow an aside that is a subject's clause ("this song is rubbish | skip"), no other
+    ("ill go | next"). The words of an `antecedent` (see `_with_antecedent`) go into the command, so they are no
+    aside's values."""
     asides = language.asides
     if len(words) < MIN_ASIDE_WORDS:
         return None
     # a closing phrase said to the listener ("great thank you | pause the music") is checked as the skip words it is
     own = _less_a_closing_phrase(words, language) if first else words
-    if first and (command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE or _ends_with(own, asides["not_before"])):
+    too_short = command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and not (
+        command_words == 1 and _subject_clause(words[_within_edge_words(words, language)[0]:], asides))
+    if first and (too_short or _ends_with(own, asides["not_before"])):
         return None
     if not first and not (_opens_with(words, asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
@@ -668,6 +709,7 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
     subordinate = not first and _opens_with(words, asides["subordinators"])
     # ... and a reason's own opening is no question ("i can barely see": "can" is the reason's)
     reason = max((len(phrase) for phrase in asides["reasons"] if phrase_at(words, 0, phrase)), default=0)
+    persons = not first and _opens_with(words, asides["after_persons"])
     named: set[str] = set()
     for position in range(len(own)):
         allowed = position < reason or subordinate and (words[position],) in asides["subordinate_allows"]
@@ -682,7 +724,7 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
             if isinstance(slot_list, Wildcard):
                 continue
             if slot_list.consume(words, position):
-                if not isinstance(slot_list, ValueList):
+                if not isinstance(slot_list, ValueList) and not persons:
                     # a number or a duration may say when or how much: "in ten minutes | turn off the lights"
                     return None
                 named.add(name)
@@ -731,7 +773,7 @@ def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...
     rubbish": English morphology, like the only language that gives `after_subjects` today; a plural noun there
     reads alike, "the kids woke up", and is a clause as well). Without the verb, what follows a command may be the
     rest of it ("play music | the beatles"), so it is no aside."""
-    if (words[0],) not in asides["after_subjects"]:
+    if not words or (words[0],) not in asides["after_subjects"]:
         return False
     window = words[1:1 + SUBJECT_VERB_WINDOW]
     if any((word,) in asides["clause_verbs"] for word in window):
