@@ -132,8 +132,11 @@ def recognize(
     ``index=False`` uses the linear scan instead of the trie (same results; for tests). ``stats`` collects counts.
     """
     language = grammar.language(lang)
-    normalised = normalize(text)
-    tokens = without_word_starts(normalised.split(" ") if normalised else [], language)
+    said = normalize(text)
+    tokens = without_word_starts(said.split(" ") if said else [], language)
+    # the text a match's spans index: the utterance less the stammered starts ("c cancel the timer" is read as
+    # "cancel the timer")
+    normalised = " ".join(tokens)
     stats = stats if stats is not None else MatchStats()
 
     def match(positions: list[int]) -> Match | None:
@@ -695,9 +698,8 @@ def _aside_values(words: list[str], language: LanguageGrammar, first: bool, comm
         return None
     # a closing phrase said to the listener ("great thank you | pause the music") is checked as the skip words it is
     own = _less_a_closing_phrase(words, language) if first else words
-    too_short = command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and not (
-        command_words == 1 and _subject_clause(words[_within_edge_words(words, language)[0]:], asides))
-    if first and (too_short or _ends_with(own, asides["not_before"])):
+    if first and (_ends_with(own, asides["not_before"]) or command_words < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and not (
+            command_words == 1 and _subject_clause(words[_within_edge_words(words, language)[0]:], asides))):
         return None
     if not first and not (_opens_with(words, asides["after_starts"])
                           or (command_words >= MIN_COMMAND_WORDS_AFTER_AN_ASIDE and _subject_clause(words, asides))):
