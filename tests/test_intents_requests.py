@@ -579,6 +579,7 @@ def test_a_stammered_start_of_a_word_is_left_out():
     assert recognize("it it up", grammar) is None
     assert recognize("play b b king", grammar).slots == {"query": "b b king"}
     assert recognize("play k pop", grammar).slots == {"query": "k pop"}
+    assert recognize("play 1 15", grammar).slots == {"query": "1 15"}
     # ... and a longer start is a word
     assert recognize("canc cancel the timer", grammar) is None
 

@@ -187,12 +187,12 @@ def without_word_starts(tokens: list[str], language: LanguageGrammar) -> list[st
     "t- turn the lights on": the normaliser leaves "c", "t"): a token of at most `MAX_WORD_START_CHARACTERS`
     characters that no template has, before a longer word that begins with it, perhaps said again first ("m- m-
     mute it"). A word of the grammar stays ("a", "i", "up"), as does a letter said before another word or before
-    itself alone ("play b b king", "k pop")."""
+    itself alone ("play b b king", "k pop"), and a number ("1 15" may be a time)."""
     kept = []
     for k, token in enumerate(tokens):
         after = next((word for word in tokens[k + 1:] if word != token), "")
         if not (len(token) <= MAX_WORD_START_CHARACTERS and len(after) > len(token) and after.startswith(token)
-                and token not in language.words):
+                and token.isascii() and token.isalpha() and token not in language.words):
             kept.append(token)
     return kept
 
