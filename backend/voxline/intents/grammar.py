@@ -147,8 +147,8 @@ SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives", "tags",
                             "sound_alike", "read_as",
                             "asides", "no_command_openings", "repairs", "dislocation"})
-_ASIDE_KEYS = ("after_starts", "after_persons", "after_subjects", "clause_verbs", "not_with", "not_before", "not_values",
-               "subordinators", "subordinate_allows", "reasons")
+_ASIDE_KEYS = ("after_starts", "after_persons", "after_subjects", "clause_verbs", "not_with", "not_before",
+               "not_values", "subordinators", "subordinate_allows", "reasons")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")
 NO_COMMAND_KIND = "no_command"

@@ -476,12 +476,15 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
       kitchen | turn on the lights" must not turn on every light), unless it is in one of the language's
       `not_values` ("i hate this one | skip it": "one" is a pronoun) or the aside is a reason that says where the
       command is for (`_with_the_reasons_value`); a named value no slot of the command takes
-      is the aside's own ("pause it | im running to the loo"), a number or a duration never is ("in ten minutes |
-      turn off the lights" is for later);
+      is the aside's own ("pause it | im running to the loo"), a number or a duration is only in a person's own
+      clause after the command ("pause it | ill be back in two minutes"; "in ten minutes | turn off the lights" is
+      for later), and then bars a command of a family that takes one (`_family_takes`);
     - an aside before the command does not end with a `not_before` word ("i want you to", "dont"; a closing phrase
       of skip words left out: "great thank you | pause the music"), nor is one of the language's
       `repairs.joiners` between the two ("set a timer and | play some music" is two requests), and is followed by
-      `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more; an aside after the command starts with an `after_starts`
+      `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more, or by one when it is a subject's clause and the command
+      takes no free text ("this song is rubbish | skip"; "my neighbour keeps playing loud | music" is none); an
+      aside after the command starts with an `after_starts`
       word (a new subject: "im", "we", "because"), or with a subject and its verb (`_subject_clause`: "the phone is
       ringing") after a command of `MIN_COMMAND_WORDS_AFTER_AN_ASIDE` words or more ("stopping | the music was a
       mistake" is a statement), so it cannot be the rest of the command.
