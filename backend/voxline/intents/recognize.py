@@ -179,7 +179,7 @@ def recognize(
 
 
 MAX_WORD_START_CHARACTERS = 3
-"""The longest stammered start of a word left out (`without_word_starts`): "c", "ca", "can" of "cancel"."""
+"""The longest stammered start of a word left out (`without_word_starts`): "p", "pa", "pau" of "pause"."""
 
 
 def without_word_starts(tokens: list[str], language: LanguageGrammar) -> list[str]:
