@@ -620,6 +620,9 @@ def test_a_command_of_one_word_may_follow_a_subjects_clause():
     # a clause with no subject of its own is none; a command whose free text may be the clause's object too
     assert recognize("ill go skip", grammar) is None
     assert recognize("my neighbour keeps playing loud music", grammar) is None
+    # ... which bars only a command after the clause: one before a clause of its own stays ("music | ill dance")
+    assert recognize("music ill dance", Grammar.from_dict(compile_documents([{
+        **document, "asides": {**document["asides"], "after_starts": ["ill"]}}]))).intent == "m.play"
 
 
 @pytest.mark.parametrize(("text", "intent", "slots"), [

@@ -528,7 +528,7 @@ def _with_aside(tokens: list[str], language: LanguageGrammar, match: Callable[[l
             if not at_skip_word and not opens_a_clause and match(joined) is not None:
                 continue
             got = match(command) if plain else None
-            if got is not None and len(command) < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and any(
+            if got is not None and first and len(command) < MIN_COMMAND_WORDS_AFTER_AN_ASIDE and any(
                     isinstance(language.lists[name], Wildcard) for name in language.intents[got.intent].slot_lists):
                 continue  # "my neighbour keeps playing loud | music": the clause's object, not a request
             if got is not None and _family_takes(got.intent, _counted(named, language), language):
