@@ -17,9 +17,11 @@ COMMAND_SETS = [DEFAULT_SET, DEFAULT_SET.with_name("commands-b-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-e-en.jsonl"), DEFAULT_SET.with_name("dev-commands-b-zh.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-f-en.jsonl"), DEFAULT_SET.with_name("dev-commands-g-en.jsonl"),
                 DEFAULT_SET.with_name("dev-commands-h-en.jsonl"), DEFAULT_SET.with_name("dev-commands-i-en.jsonl"),
-                DEFAULT_SET.with_name("dev-commands-j-en.jsonl"), DEFAULT_SET.with_name("dev-commands-k-en.jsonl")]
+                DEFAULT_SET.with_name("dev-commands-j-en.jsonl"), DEFAULT_SET.with_name("dev-commands-k-en.jsonl"),
+                *(DEFAULT_SET.with_name(f"dev-commands-{letter}-en.jsonl") for letter in "lnop")]
 """The English held-out sets of three authors and its development sets, and the Chinese held-out set and two
-development sets (see sets/README.md)."""
+development sets (see sets/README.md). Not set M: its author labelled "louder please" one word, and its figures
+have been reported with that label."""
 
 DEFAULT_INTENTS = {
     "media.play", "media.pause", "media.resume", "media.stop", "media.next", "media.previous", "media.volume_up",
@@ -32,10 +34,14 @@ SMALLER = {"dev-commands-c-en.jsonl": (200, 0, 50), "dev-commands-d-en.jsonl": (
            "dev-commands-e-en.jsonl": (200, 10, 80), "dev-commands-b-zh.jsonl": (200, 10, 100),
            "dev-commands-f-en.jsonl": (200, 10, 80), "dev-commands-g-en.jsonl": (200, 10, 80),
            "dev-commands-h-en.jsonl": (200, 10, 80), "dev-commands-i-en.jsonl": (200, 10, 80),
-           "dev-commands-j-en.jsonl": (184, 10, 80), "dev-commands-k-en.jsonl": (184, 10, 80)}
+           "dev-commands-j-en.jsonl": (184, 10, 80), "dev-commands-k-en.jsonl": (184, 10, 80),
+           **{f"dev-commands-{letter}-en.jsonl": (104, 15, 80) for letter in "lnop"}}
 """Sets written to other counts: the third English author's has no one-word lines and fewer out-of-domain ones, the
-fourth's fewer of both; the Chinese ones fewer one-word lines; sets J and K 200 commands of which 16 one-word."""
+fourth's fewer of both; the Chinese ones fewer one-word lines; sets J and K 200 commands of which 16 one-word; sets
+L, N, O and P 200 lines, of which 80 out of domain and 15 or 16 one-word."""
 MIN_COMMANDS_PER_INTENT = 8
+FEWER_COMMANDS_PER_INTENT = {f"dev-commands-{letter}-en.jsonl": 5 for letter in "lnop"}
+"""Sets L, N, O and P were asked for 5-8 commands per intent."""
 
 
 @pytest.fixture(scope="module", params=COMMAND_SETS, ids=lambda path: path.name)
@@ -50,10 +56,11 @@ def test_counts_by_kind(path):
     assert all(have >= need for have, need in zip((kinds["command"], kinds["one-word"], kinds["ood"]), least)), kinds
 
 
-def test_every_default_intent_is_asked_for_several_ways(items):
-    per_intent = Counter(item.intent for item in items if item.kind == "command")
+@pytest.mark.parametrize("path", COMMAND_SETS, ids=lambda path: path.name)
+def test_every_default_intent_is_asked_for_several_ways(path):
+    per_intent = Counter(item.intent for item in load_set(path) if item.kind == "command")
     assert set(per_intent) == DEFAULT_INTENTS
-    assert min(per_intent.values()) >= MIN_COMMANDS_PER_INTENT, per_intent
+    assert min(per_intent.values()) >= FEWER_COMMANDS_PER_INTENT.get(path.name, MIN_COMMANDS_PER_INTENT), per_intent
 
 
 def test_texts_are_unique(items):

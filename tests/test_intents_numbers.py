@@ -123,6 +123,12 @@ def test_not_chinese_numbers(text):
         # a unit alone, where a half follows it
         ("hour and a half", 5400),
         ("minute and a half", 90),
+        # two, said as a couple; and a half without its article, as learners say it
+        ("a couple of minutes", 120),
+        ("a couple minutes", 120),
+        ("couple of hours", 7200),
+        ("one hour and half", 5400),
+        ("two and half minutes", 150),
     ],
 )
 def test_english_durations(text, seconds):
@@ -133,7 +139,8 @@ def test_english_durations(text, seconds):
     "text",
     ["ten", "minutes", "a", "half", "and a half", "thirty minutes one hour", "ten minutes ten minutes",
      "an hour and", "five apples", "minus five minutes", "zero seconds", "a half",
-     "hour", "minute", "ten seconds five", "one minute seventy", "one minute zero", "hour and a half and"],
+     "hour", "minute", "ten seconds five", "one minute seventy", "one minute zero", "hour and a half and",
+     "a couple", "a couple of", "a few minutes", "couple"],
 )
 def test_not_english_durations(text):
     assert parse_duration(tokens(text), "en") is None

@@ -126,6 +126,21 @@ def test_a_wildcard_may_not_be_one_of_its_excluded_values_whole(tmp_path):
     assert recognize("play chess boxing", grammar).slots == {"query": "chess boxing"}
 
 
+def test_a_wildcard_is_no_excluded_value_played_with_someone(tmp_path):
+    from voxline.intents import load_grammar
+
+    path = tmp_path / "mini.yaml"
+    path.write_text("language: en\nlists:\n  query: {wildcard: {max_tokens: 6, exclude_values: [chess, the piano],"
+                    " exclude_values_then: [with, against]}}\nintents:\n  m.play: {sentences: ['play {query}']}\n")
+    grammar = load_grammar([path])
+    for text in ("play chess with me", "play the piano with my sister", "play chess against the computer"):
+        assert recognize(text, grammar) is None, text
+    # a value that only begins with one, or has "with" further on, is still a value
+    assert recognize("play chess club radio with me", grammar).slots == {"query": "chess club radio with me"}
+    assert recognize("play stay with me", grammar).slots == {"query": "stay with me"}
+    assert recognize("play chess", grammar) is None
+
+
 def test_a_pronoun_of_the_command_may_name_a_noun_phrase_of_the_clause_before_it():
     document = {
         "language": "en",
@@ -658,3 +673,97 @@ def test_a_command_of_one_word_may_follow_a_subjects_clause():
 def test_requests_of_the_sixteenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
     assert (found and (found.intent, found.slots)) == (intent and (intent, slots))
+
+
+def test_free_text_that_holds_another_command_before_a_subjects_clause_is_ambiguous():
+    document = {
+        "language": "en",
+        "intents": {"m.previous": {"sentences": ["play the last song again"]}, "m.play": {"sentences": ["play {query}"]}},
+        "lists": {"query": {"wildcard": {"max_tokens": 10}}},
+        "asides": {"after_subjects": ["the", "my"], "clause_verbs": ["is", "loved"], "not_with": ["you"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    # the previous track with a reason, or a song of that name: neither
+    assert recognize("play the last song again the kids loved it", grammar) is None
+    assert recognize("play the last song again my son is dancing", grammar) is None
+    # free text with no other command in it is played whole
+    assert recognize("play the kids loved it", grammar).slots == {"query": "the kids loved it"}
+
+
+def test_a_subjects_clause_may_leave_out_its_is():
+    document = {
+        "language": "en",
+        "intents": {"m.pause": {"sentences": ["pause it"]}, "m.play": {"sentences": ["play {query}"]}},
+        "lists": {"query": {"wildcard": {"max_tokens": 6}}},
+        "asides": {"after_subjects": ["the", "my"], "clause_verbs": ["is"], "not_with": ["you"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    assert recognize("pause it my phone ringing", grammar).intent == "m.pause"
+    assert recognize("pause it the baby crying again", grammar).intent == "m.pause"
+    assert recognize("pause it my sister called", grammar).intent == "m.pause"
+    # a noun in -ing is no verb after a noun, nor is a short word in -ing or -ed
+    assert recognize("pause it my phone", grammar) is None
+    assert recognize("pause it the morning news", grammar) is None
+    assert recognize("pause it the car king", grammar) is None
+    assert recognize("pause it the sofa bed", grammar) is None
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), [
+    # learners' comparatives with "more" and "less", "stop to", "pass to", "volume on", "and half", a question's
+    # word order
+    ("could you make the music more loud", "media.volume_up", {}),
+    ("a little less loud please", "media.volume_down", {}),
+    ("make it more quiet", "media.volume_down", {}),
+    ("stop to play the music please", "media.stop", {}),
+    ("pass to the next track", "media.next", {}),
+    ("put volume on forty", "media.volume_set", {"level": 40}),
+    ("timer two hours and half", "timer.set", {"seconds": 9000}),
+    ("what time it is please", "clock.time", {}),
+    # ... but not a question as the object of someone's verb
+    ("he knows what time it is", None, None),
+    ("i don't care what time it is", None, None),
+    # a couple of units, particles of other Englishes, giving in, an Irish "good man"
+    ("timer for a couple of hours", "timer.set", {"seconds": 7200}),
+    ("skip this one na", "media.next", {}),
+    ("turn off the kitchen light po", "lights.off", {"area": "kitchen"}),
+    ("ja, turn it down", "media.volume_down", {}),
+    ("fine, skip it", "media.next", {}),
+    ("mute it, whatever", "media.mute", {}),
+    ("pause the music there, good man", "media.pause", {}),
+    ("illuminate the garage", "lights.on", {"area": "garage"}),
+    ("that'll be all for today", "assistant.stop", {}),
+    ("shush, nobody asked", "assistant.stop", {}),
+    # a game played with someone is no song; a song with "with" in its name still is
+    ("let's play dominoes with grandad", None, None),
+    ("play draughts against me", None, None),
+    ("play come away with me", "media.play", {"query": "come away with me"}),
+    # another command before a subject's clause, and a subject's clause without its "is"
+    ("play the previous track again, my daughter loved it", None, None),
+    ("turn it down, the baby sleeping", "media.volume_down", {}),
+])
+def test_requests_of_the_seventeenth_round(grammar, text, intent, slots):
+    found = recognize(text, grammar)
+    assert (found and (found.intent, found.slots)) == (intent and (intent, slots))
+
+
+def test_words_said_before_one_of_the_devices_names_were_for_someone_else():
+    document = {
+        "language": "en",
+        "intents": {"m.pause": {"sentences": ["pause [the music]"]}, "l.off": {"sentences": ["lights off"]},
+                    "m.down": {"sentences": ["turn [the] speaker down"]}},
+        "skip_words": ["hey"],
+        "names": {"words": ["speaker", "hey computer"], "not_after": ["the"], "not_with": ["if"]},
+    }
+    grammar = Grammar.from_dict(compile_documents([document]))
+    assert recognize("okay class eyes on me speaker pause the music", grammar).intent == "m.pause"
+    assert recognize("hang on mum hey computer lights off", grammar).intent == "l.off"
+    # not when the words before hold a command (two requests) or say when, nor a name after a determiner (a noun)
+    assert recognize("lights off speaker pause", grammar) is None
+    assert recognize("if the baby wakes up speaker pause the music", grammar) is None
+    assert recognize("i said the speaker pause", grammar) is None
+    # nor when two names ask different things
+    assert recognize("okay speaker pause hey computer lights off", grammar) is None
+    # ... and without names nothing before a command is left out
+    document.pop("names")
+    assert recognize("okay class eyes on me speaker pause the music", Grammar.from_dict(
+        compile_documents([document]))) is None

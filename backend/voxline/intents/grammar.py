@@ -42,6 +42,10 @@ Source file format (one language per file; later files extend or override earlie
     dislocation:                         # the object named first, then by a pronoun ("the lights | turn them on"):
       topics: [the, my]                  # words a topic opens with
       pronouns: [it, them]               # words of the command that stand for it
+    names:                               # the device's own names: what is said before one was for someone else
+      words: [computer]                  # ("okay class, eyes on me. computer, pause the song")
+      not_after: [the, my]               # words after which one is a noun ("the computer is slow")
+      not_with: [if, when]               # words before it that make what follows for later ("if he calls")
     rules:
       volume: "(volume|sound)"           # reusable expressions, referenced as <volume>
     lists:
@@ -49,7 +53,8 @@ Source file format (one language per file; later files extend or override earlie
         values: [kitchen, {value: living_room, synonyms: [living room, lounge]}]
       level: {number: {min: 0, max: 100}}
       seconds: {duration: {min: 1, max: 86400}}
-      query: {wildcard: {max_tokens: 8, exclude_first: [with, it], exclude_values: [chess]}}
+      query: {wildcard: {max_tokens: 8, exclude_first: [with, it], exclude_values: [chess],
+                         exclude_values_then: [with]}}
     intents:
       media.volume_set:
         requires: [level]                # every template must fill these slots (checked at load)
@@ -94,7 +99,7 @@ from voxline.intents.trie import TemplateEnd, TemplateTrie
 GRAMMAR_FORMAT = 1
 """Layout of the compiled dict; a loader refuses any other."""
 
-ENGINE_REVISION = 17
+ENGINE_REVISION = 18
 """Bumped whenever matching semantics change, so that the grammar version (and every cache) moves with it.
 2: fillers (dropped anywhere, tried last). 3: asides (a clause beside a command, tried after everything else).
 4: `read_as` (a word that may stand for a template's word); windows that keep some of the edges' skip words.
@@ -133,7 +138,12 @@ one ("lights off | lights off in the bedroom": `recognize._said_again`); `tags` 
 17: a stammered start of a word is left out ("c- cancel the timer": `recognize.without_word_starts`); a duration in
 an aside after the command that opens with a person (`asides.after_persons`: "pause it | i'll be back in two
 minutes") is that clause's, barring only a command that takes one; a command of one word may follow an aside that
-is a subject's clause ("this song is rubbish | skip")."""
+is a subject's clause ("this song is rubbish | skip").
+18: durations of "a couple of" units and "and half" ("one hour and half"); a wildcard's `exclude_values_then` (a game
+played with someone: "play chess with me"); a subject clause may be a noun and a verb in -ing ("my phone ringing");
+free text that holds a command of another intent before a subject's clause is ambiguous too ("play the last song
+again | the kids loved it"); the words before one of the device's `names` are left out when they hold no command
+("okay class eyes on me | speaker pause the song": `recognize._after_a_name`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
@@ -146,11 +156,12 @@ CONFIRM_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 SPOKEN_SUFFIX = "_spoken"
 _DOCUMENT_KEYS = frozenset({"language", "intents", "lists", "rules", "skip_words", "fillers", "vocatives", "tags",
                             "sound_alike", "read_as",
-                            "asides", "no_command_openings", "repairs", "dislocation"})
+                            "asides", "no_command_openings", "repairs", "dislocation", "names"})
 _ASIDE_KEYS = ("after_starts", "after_persons", "after_subjects", "clause_verbs", "not_with", "not_before",
                "not_values", "subordinators", "subordinate_allows", "reasons")
 _REPAIR_KEYS = ("corrections", "joiners")
 _DISLOCATION_KEYS = ("topics", "pronouns")
+_NAME_KEYS = ("words", "not_after", "not_with")
 NO_COMMAND_KIND = "no_command"
 """The kind of a no-command opening given in a bare list."""
 OPENING_KIND = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -274,6 +285,10 @@ class LanguageGrammar:
         `recognize._with_dislocation`); no pronouns: no dislocation."""
         if any(len(words) != 1 for words in self.dislocation["pronouns"] | self.dislocation["topics"]):
             raise GrammarError(f"{lang}: dislocation topics and pronouns are single words")
+        self.names = _phrase_sets(data.get("names", {}), _NAME_KEYS)
+        """The device's own names, the words after which one is a noun, and the words that, said before one, make
+        the command after it for later (see `recognize._after_a_name`); no words: what is said before a name is
+        never left out."""
         self.intents: dict[str, Intent] = {}
         templates: list[Template] = []
         for name, spec in sorted(data["intents"].items()):
@@ -485,7 +500,8 @@ def _merge_document(languages: dict[str, dict[str, Any]], document: Mapping[str,
     for word, as_word in _mapping(document.get("read_as"), f"{where} read_as").items():
         target.setdefault("read_as", {})[str(word)] = _string(as_word, f"{where} read_as {word}")
     # word lists by key that accumulate: what tells an aside, what makes a repair
-    for section, keys in (("asides", _ASIDE_KEYS), ("repairs", _REPAIR_KEYS), ("dislocation", _DISLOCATION_KEYS)):
+    for section, keys in (("asides", _ASIDE_KEYS), ("repairs", _REPAIR_KEYS), ("dislocation", _DISLOCATION_KEYS),
+                          ("names", _NAME_KEYS)):
         given = _mapping(document.get(section), f"{where} {section}")
         unknown = set(given) - set(keys)
         if unknown:
@@ -552,6 +568,8 @@ def _compile_list(spec: Mapping[str, Any], where: str) -> dict[str, Any]:
             "exclude_first": sorted(set(_strings(options.get("exclude_first", []), where))),
             **({"exclude_values": sorted(set(_strings(options["exclude_values"], where)))}
                if options.get("exclude_values") else {}),
+            **({"exclude_values_then": sorted(set(_strings(options["exclude_values_then"], where)))}
+               if options.get("exclude_values_then") else {}),
         }
     raise GrammarError(f"{where}: unknown list kind {kind!r} (values, number, duration or wildcard)")
 
@@ -595,7 +613,7 @@ def _canonical(compiled: Mapping[str, Any]) -> dict[str, Any]:
                if data.get("no_command_openings") else {}),
             **{section: {key: sorted(set(_strings(phrases, f"{lang} {section} {key}")))
                          for key, phrases in sorted(_mapping(data[section], f"{lang} {section}").items())}
-               for section in ("asides", "repairs", "dislocation") if data.get(section)},
+               for section in ("asides", "repairs", "dislocation", "names") if data.get(section)},
         }
     return json.loads(canonical_json({"format": GRAMMAR_FORMAT, "engine": ENGINE_REVISION, "languages": languages}))
 

@@ -111,7 +111,7 @@ def duration_forms(low: float, high: float, lang: str) -> list[tuple[str, ...]]:
         article = "an" if unit == "hour" else "a"
         candidates += [(article, unit), ("one", unit), ("half", "an", unit), ("a", "half", unit),
                        (article, unit, "and", "a", "half"), ("a", "quarter", "of", "an", unit),
-                       ("quarter", "of", "an", unit)]
+                       ("quarter", "of", "an", unit), ("a", "couple", "of", unit + "s")]
         for amount in range(1, 11):
             candidates += [(*english_words(amount), "and", "a", "half", unit + "s"),
                            (str(amount), "and", "a", "half", unit + "s")]

@@ -44,7 +44,8 @@ _EN_UNITS = {
     "minute": 60, "minutes": 60, "min": 60, "mins": 60,
     "second": 1, "seconds": 1, "sec": 1, "secs": 1,
 }
-_EN_DURATION_WORDS = _EN_NUMBER_WORDS | _EN_ARTICLES | frozenset(_EN_UNITS) | {"half", "quarter", "quarters", "of"}
+_EN_DURATION_WORDS = _EN_NUMBER_WORDS | _EN_ARTICLES | frozenset(_EN_UNITS) | {"half", "quarter", "quarters", "of",
+                                                                               "couple"}
 
 _ZH_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
 _ZH_UNITS = {"十": 10, "百": 100, "千": 1000}
@@ -250,8 +251,12 @@ def _en_duration_parts(tokens: list[str], start: int) -> list[tuple[int, float, 
     return found
 
 
-_EN_FRACTIONS_AFTER = {("and", "a", "half"): 0.5, ("and", "a", "quarter"): 0.25, ("and", "three", "quarters"): 0.75}
-"""What a unit or an amount may be followed by: "an hour and a quarter", "two and a half minutes"."""
+_EN_FRACTIONS_AFTER = {("and", "a", "half"): 0.5, ("and", "a", "quarter"): 0.25, ("and", "three", "quarters"): 0.75,
+                       ("and", "half"): 0.5}
+"""What a unit or an amount may be followed by: "an hour and a quarter", "two and a half minutes", and as learners
+say it, "one hour and half"."""
+_EN_COUPLE = (["a", "couple", "of"], ["couple", "of"], ["a", "couple"])
+"""Two, as said in front of a unit: "a couple of minutes", "a couple minutes" (not "a few": no one number)."""
 
 
 def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
@@ -272,6 +277,9 @@ def _en_quantities(tokens: list[str], start: int) -> list[tuple[int, float]]:
     for quarters in (["three", "quarters", "of", "an"], ["three", "quarters", "of", "a"]):
         if window[: len(quarters)] == quarters:
             found.append((start + len(quarters), 0.75))
+    for couple in _EN_COUPLE:
+        if window[: len(couple)] == couple:
+            found.append((start + len(couple), 2.0))
     for end in range(start + 1, min(len(tokens), start + MAX_NUMBER_TOKENS) + 1):
         value = parse_number(tokens[start:end], "en")
         if value is None:

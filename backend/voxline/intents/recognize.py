@@ -154,28 +154,73 @@ def recognize(
         return None
 
     try:
-        whole = match(list(range(len(tokens))))
-        free_texts = _free_text_words(whole, language) if whole is not None else []
-        if whole is None or _hesitates_in_free_text(free_texts, language):
-            repaired = _with_repair(tokens, language, match)
-            if repaired is not None and (whole is None or repaired.intent == whole.intent):
-                return repaired
-        every = list(range(len(tokens)))
-
-        def match_dislocated(positions: list[int]) -> Match | None:
-            """The command the words at `positions` are, as said or with their topic in its pronoun's place."""
-            return match(positions) or _with_dislocation(positions, tokens, language, match)
-
-        if whole is not None and _clause_in_free_text(free_texts, language):
-            beside = _with_aside(tokens, language, match_dislocated)
-            if beside is not None and beside.intent == whole.intent:
-                return beside  # "play some jazz | while i cook" plays jazz
-        if whole is not None and free_texts and _another_command_before_a_clause(tokens, whole, language, match):
-            return None  # "play the last one again | i missed the chorus": the previous track, or a song?
-        return (whole or _with_dislocation(every, tokens, language, match)
-                or _with_aside(tokens, language, match_dislocated) or _said_again(tokens, match))
+        found = _read(tokens, language, match)
+        if found is None and match(list(range(len(tokens)))) is None:
+            # (a command refused as ambiguous stays refused)
+            found = _after_a_name(tokens, language, match)
+        return found
     except _TooManySteps:
         return None
+
+
+def _read(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]) -> Match | None:
+    """The command `tokens` are as a whole utterance (`match` reads the words at positions of `tokens`): as said,
+    or repaired, with a topic before it, beside an aside, or said twice; ``None`` when none, or when ambiguous."""
+    whole = match(list(range(len(tokens))))
+    free_texts = _free_text_words(whole, language) if whole is not None else []
+    if whole is None or _hesitates_in_free_text(free_texts, language):
+        repaired = _with_repair(tokens, language, match)
+        if repaired is not None and (whole is None or repaired.intent == whole.intent):
+            return repaired
+    every = list(range(len(tokens)))
+
+    def match_dislocated(positions: list[int]) -> Match | None:
+        """The command the words at `positions` are, as said or with their topic in its pronoun's place."""
+        return match(positions) or _with_dislocation(positions, tokens, language, match)
+
+    if whole is not None and _clause_in_free_text(free_texts, language):
+        beside = _with_aside(tokens, language, match_dislocated)
+        if beside is not None and beside.intent == whole.intent:
+            return beside  # "play some jazz | while i cook" plays jazz
+    if whole is not None and free_texts and _another_command_before_a_clause(tokens, whole, language, match):
+        return None  # "play the last one again | i missed the chorus": the previous track, or a song?
+    return (whole or _with_dislocation(every, tokens, language, match)
+            or _with_aside(tokens, language, match_dislocated) or _said_again(tokens, match))
+
+
+def _after_a_name(tokens: list[str], language: LanguageGrammar, match: Callable[[list[int]], Match | None]
+                  ) -> Match | None:
+    """The command said after one of the device's own names inside the utterance (the skill file's `names.words`),
+    the words before it said to someone else: "okay class eyes on me | speaker pause the song", "sorry one sec |
+    computer lights off". Only tried when the whole utterance is no command. What follows the name is read as a
+    whole utterance is (`_read`: asides, repairs, ...); the words before it count only when they hold no command
+    (`_read` finds none, nor this after a name of their own: "turn off the lights | computer pause it" asks two
+    things) and none of `names.not_with`
+    ("if the baby wakes up | computer pause the music" is for later), and a name after one of `names.not_after`
+    is a noun ("the speaker is too loud"). Two names whose commands differ give nothing."""
+    names = language.names
+    found: list[Match] = []
+    for position in range(1, len(tokens) - 1):
+        for name in names["words"]:
+            after = position + len(name)
+            if (not phrase_at(tokens, position, name) or after >= len(tokens)
+                    or (tokens[position - 1],) in names["not_after"]):
+                continue
+            before = tokens[:position]
+            if any(phrase_at(before, k, phrase) for phrase in names["not_with"] for k in range(len(before))):
+                continue
+            if _read(before, language, match) is not None or _after_a_name(before, language, match) is not None:
+                continue
+
+            def shifted(positions: list[int], offset: int = after) -> Match | None:
+                return match([offset + p for p in positions])
+
+            got = _read(tokens[after:], language, shifted)
+            if got is not None:
+                found.append(got)
+    if not found or len({_meaning(m.intent, m.slots) for m in found}) != 1:
+        return None
+    return found[0]
 
 
 MAX_WORD_START_CHARACTERS = 3
@@ -376,12 +421,13 @@ def _clause_in_free_text(free_texts: list[list[str]], language: LanguageGrammar)
 def _another_command_before_a_clause(tokens: list[str], whole: Match, language: LanguageGrammar,
                                      match: Callable[[list[int]], Match | None]) -> bool:
     """Whether an utterance that matched with free text (`whole`) also reads as a command of another intent without
-    free text, followed by a clause that may be an aside after it (`asides.after_starts`, `_aside_values`): "play the
-    last one again | i missed the chorus" is the previous track or a song of that name, so it is neither. A song's
-    name with such a word in it ("play what ive done") reads as no other command and is played whole."""
-    starts = language.asides["after_starts"]
+    free text, followed by a clause that may be an aside after it (`asides.after_starts` or a subject's clause,
+    `_subject_clause`; `_aside_values`): "play the last one again | i missed the chorus", "play the last song again
+    | the kids loved it" is the previous track or a song of that name, so it is neither. A song's name with such a
+    word in it ("play what ive done") reads as no other command and is played whole."""
+    asides = language.asides
     for k in range(MIN_COMMAND_WORDS_AFTER_AN_ASIDE, len(tokens) - MIN_ASIDE_WORDS + 1):
-        if not _opens_with(tokens[k:], starts):
+        if not (_opens_with(tokens[k:], asides["after_starts"]) or _subject_clause(tokens[k:], asides)):
             continue
         before = match(list(range(k)))
         if (before is not None and before.intent != whole.intent and not free_text_spans(before, language)
@@ -769,6 +815,9 @@ def _not_with_at(words: list[str], position: int, asides: dict[str, frozenset[tu
 
 SUBJECT_VERB_WINDOW = 3
 """How many words after its determiner a subject clause's verb may come ("the | baby | is | asleep")."""
+MIN_VERB_FORM_CHARACTERS = 5
+"""The shortest word in -ed or -ing read as a subject clause's verb after its noun ("loved", "crying"; not "bed",
+"king")."""
 
 
 def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
@@ -776,14 +825,17 @@ def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...
     `SUBJECT_VERB_WINDOW` words one of `clause_verbs` ("the phone is ringing", "my wife has a call"), or a noun
     whose "is" the normaliser joined to it, with more after it ("the babys sleeping", "the cakes done", "this ones
     rubbish": English morphology, like the only language that gives `after_subjects` today; a plural noun there
-    reads alike, "the kids woke up", and is a clause as well). Without the verb, what follows a command may be the
-    rest of it ("play music | the beatles"), so it is no aside."""
+    reads alike, "the kids woke up", and is a clause as well), or a noun and a verb in -ed ("my daughter loved it")
+    or in -ing, its "is" left out as in Singapore and by many learners ("my phone ringing", "the baby sleeping").
+    Without the verb, what follows a command may be the rest of it ("play music | the beatles"), so it is no
+    aside."""
     if not words or (words[0],) not in asides["after_subjects"]:
         return False
     window = words[1:1 + SUBJECT_VERB_WINDOW]
     if any((word,) in asides["clause_verbs"] for word in window):
         return True
-    return len(words) >= 3 and words[1].endswith("s")
+    return len(words) >= 3 and (words[1].endswith("s") or len(words[2]) >= MIN_VERB_FORM_CHARACTERS
+                                and words[2].endswith(("ed", "ing")))
 
 
 def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:

@@ -7,8 +7,8 @@ Four kinds, each built from its compiled (JSON-able) form by `slot_list_from_dic
 - ``number``: a spoken or written number within ``min``..``max`` ("thirty", "30", "三十").
 - ``duration``: a spoken duration in seconds within ``min``..``max`` ("an hour and a half" → 5400).
 - ``wildcard``: free text of 1..``max_tokens`` tokens, such as a song to play. Free text is where a grammar loses
-  precision, so a wildcard may not begin with a word of ``exclude_first`` nor be one of ``exclude_values`` whole,
-  and the grammar only accepts a wildcard right after a literal word (a verb anchors it).
+  precision, so a wildcard may not begin with a word of ``exclude_first`` nor be one of ``exclude_values`` whole
+  (nor one of them and then a word of ``exclude_values_then`` and more), and the grammar only accepts a wildcard right after a literal word (a verb anchors it).
 
 Every kind answers two questions about the tokens from a position on: `consume` (every way a value may end
 there, with its value) and `can_extend` (could these remaining tokens be the start of a longer value; used by
@@ -162,13 +162,21 @@ class Wildcard:
     """Normalised words a value may not begin with ("play with the dog" is not a song)."""
     exclude_values: frozenset[tuple[str, ...]] = frozenset()
     """Normalised phrases a value may not be, whole ("play chess", "play the piano": a game, an instrument); a
-    longer value that begins with one is still a value ("play chess club radio")."""
+    longer value that begins with one is still a value ("play chess club radio")..."""
+    exclude_values_then: frozenset[str] = frozenset()
+    """... unless the word after it is one of these ("play chess with me", "play football against the wall": a game
+    played with someone), and then no value that goes on past that word is one either."""
     kind: str = field(default="wildcard", init=False)
 
     def consume(self, tokens: Sequence[str], start: int) -> list[tuple[int, SlotValue]]:
         if start >= len(tokens) or tokens[start] in self.exclude_first:
             return []
         last = min(len(tokens), start + self.max_tokens)
+        if self.exclude_values_then:
+            # past an excluded value and the word after it, nothing is a value
+            last = min([last, *(start + len(value) for value in self.exclude_values
+                                if start + len(value) < len(tokens) and tokens[start + len(value)] in
+                                self.exclude_values_then and tuple(tokens[start:start + len(value)]) == value)])
         return [(end, surface(tokens[start:end])) for end in range(start + 1, last + 1)
                 if tuple(tokens[start:end]) not in self.exclude_values]
 
@@ -181,7 +189,8 @@ class Wildcard:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "max_tokens": self.max_tokens, "exclude_first": sorted(self.exclude_first),
-                **({"exclude_values": sorted(" ".join(v) for v in self.exclude_values)} if self.exclude_values else {})}
+                **({"exclude_values": sorted(" ".join(v) for v in self.exclude_values)} if self.exclude_values else {}),
+                **({"exclude_values_then": sorted(self.exclude_values_then)} if self.exclude_values_then else {})}
 
 
 SlotList = ValueList | NumberRange | DurationRange | Wildcard
@@ -219,7 +228,8 @@ def slot_list_from_dict(name: str, data: Any, lang: str) -> SlotList:
             excluded = frozenset(normalize(str(word)) for word in data.get("exclude_first", ()))
             not_values = frozenset(tuple(normalize(str(phrase)).split(" "))
                                    for phrase in data.get("exclude_values", ()))
-            return Wildcard(int(data.get("max_tokens", WILDCARD_DEFAULT_MAX_TOKENS)), excluded, not_values)
+            then = frozenset(normalize(str(word)) for word in data.get("exclude_values_then", ()))
+            return Wildcard(int(data.get("max_tokens", WILDCARD_DEFAULT_MAX_TOKENS)), excluded, not_values, then)
     except (KeyError, TypeError, ValueError) as error:
         raise GrammarError(f"list {name!r} of kind {kind!r} is malformed: {error!r}") from error
     raise GrammarError(f"list {name!r}: unknown kind {kind!r} (values, number, duration or wildcard)")
