@@ -739,6 +739,8 @@ def test_a_subjects_clause_may_leave_out_its_is():
     ("play come away with me", "media.play", {"query": "come away with me"}),
     # another command before a subject's clause, and a subject's clause without its "is"
     ("play the previous track again, my daughter loved it", None, None),
+    # the track before, once more
+    ("replay the track before once more", "media.previous", {}),
     ("turn it down, the baby sleeping", "media.volume_down", {}),
 ])
 def test_requests_of_the_seventeenth_round(grammar, text, intent, slots):
