@@ -156,7 +156,7 @@ def recognize(
     try:
         found = _read(tokens, language, match)
         if found is None and match(list(range(len(tokens)))) is None:
-            # (a command refused as ambiguous stays refused)
+            # no command as a whole (one `_read` refused as ambiguous stays refused): perhaps one after a name
             found = _after_a_name(tokens, language, match)
         return found
     except _TooManySteps:
@@ -193,11 +193,11 @@ def _after_a_name(tokens: list[str], language: LanguageGrammar, match: Callable[
     """The command said after one of the device's own names inside the utterance (the skill file's `names.words`),
     the words before it said to someone else: "okay class eyes on me | speaker pause the song", "sorry one sec |
     computer lights off". Only tried when the whole utterance is no command. What follows the name is read as a
-    whole utterance is (`_read`: asides, repairs, ...); the words before it count only when they hold no command
-    (`_read` finds none, nor this after a name of their own: "turn off the lights | computer pause it" asks two
-    things) and none of `names.not_with`
-    ("if the baby wakes up | computer pause the music" is for later), and a name after one of `names.not_after`
-    is a noun ("the speaker is too loud"). Two names whose commands differ give nothing."""
+    whole utterance is (`_read`: asides, repairs, ...); the words before it are left out only when they hold no
+    command (`_read` finds none, nor this after a name of their own: "turn off the lights | computer pause it" asks
+    two things) and none of `names.not_with` ("if the baby wakes up | computer pause the music" is for later), and a
+    name after one of `names.not_after` is a noun ("the speaker is too loud"). Two names whose commands differ give
+    nothing."""
     names = language.names
     found: list[Match] = []
     for position in range(1, len(tokens) - 1):
@@ -818,6 +818,9 @@ SUBJECT_VERB_WINDOW = 3
 MIN_VERB_FORM_CHARACTERS = 5
 """The shortest word in -ed or -ing read as a subject clause's verb after its noun ("loved", "crying"; not "bed",
 "king")."""
+NOUN_WORDS = 2
+"""The most words of a subject clause's noun before its verb or its joined "is" (`_subject_clause`): "the | head
+teachers | coming", "my | phone | ringing"."""
 
 
 def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...]]]) -> bool:
@@ -826,7 +829,8 @@ def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...
     whose "is" the normaliser joined to it, with more after it ("the babys sleeping", "the cakes done", "this ones
     rubbish": English morphology, like the only language that gives `after_subjects` today; a plural noun there
     reads alike, "the kids woke up", and is a clause as well), or a noun and a verb in -ed ("my daughter loved it")
-    or in -ing, its "is" left out as in Singapore and by many learners ("my phone ringing", "the baby sleeping").
+    or in -ing, its "is" left out as in Singapore and by many learners ("my phone ringing", "the baby sleeping"); the
+    noun may be of `NOUN_WORDS` words ("the head teachers coming").
     Without the verb, what follows a command may be the rest of it ("play music | the beatles"), so it is no
     aside."""
     if not words or (words[0],) not in asides["after_subjects"]:
@@ -834,8 +838,11 @@ def _subject_clause(words: list[str], asides: dict[str, frozenset[tuple[str, ...
     window = words[1:1 + SUBJECT_VERB_WINDOW]
     if any((word,) in asides["clause_verbs"] for word in window):
         return True
-    return len(words) >= 3 and (words[1].endswith("s") or len(words[2]) >= MIN_VERB_FORM_CHARACTERS
-                                and words[2].endswith(("ed", "ing")))
+    # the noun may be of two words, as a recogniser may write one ("the head teachers coming")
+    joined = any(words[k].endswith("s") for k in range(1, min(len(words) - 1, 1 + NOUN_WORDS)))
+    verb_form = any(len(words[k]) >= MIN_VERB_FORM_CHARACTERS and words[k].endswith(("ed", "ing"))
+                    for k in range(2, min(len(words), 2 + NOUN_WORDS)))
+    return len(words) >= 3 and (joined or verb_form)
 
 
 def is_prefix(text: str, grammar: Grammar, lang: str = "en") -> bool:

@@ -8,7 +8,8 @@ Four kinds, each built from its compiled (JSON-able) form by `slot_list_from_dic
 - ``duration``: a spoken duration in seconds within ``min``..``max`` ("an hour and a half" → 5400).
 - ``wildcard``: free text of 1..``max_tokens`` tokens, such as a song to play. Free text is where a grammar loses
   precision, so a wildcard may not begin with a word of ``exclude_first`` nor be one of ``exclude_values`` whole
-  (nor one of them and then a word of ``exclude_values_then`` and more), and the grammar only accepts a wildcard right after a literal word (a verb anchors it).
+  (nor one of them, a word of ``exclude_values_then`` and more), and the grammar only accepts a wildcard right
+  after a literal word (a verb anchors it).
 
 Every kind answers two questions about the tokens from a position on: `consume` (every way a value may end
 there, with its value) and `can_extend` (could these remaining tokens be the start of a longer value; used by
