@@ -140,10 +140,11 @@ an aside after the command that opens with a person (`asides.after_persons`: "pa
 minutes") is that clause's, barring only a command that takes one; a command of one word may follow an aside that
 is a subject's clause ("this song is rubbish | skip").
 18: durations of "a couple of" units and "and half" ("one hour and half"); a wildcard's `exclude_values_then` (a game
-played with someone: "play chess with me"); a subject clause may be a noun and a verb in -ing ("my phone ringing");
-free text that holds a command of another intent before a subject's clause is ambiguous too ("play the last song
-again | the kids loved it"); the words before one of the device's `names` are left out when they hold no command
-("okay class eyes on me | speaker pause the song": `recognize._after_a_name`)."""
+played with someone: "play chess with me"); a subject clause may be a noun (of up to two words) and a verb in -ed
+or -ing ("my phone ringing", "my daughter loved it"); free text that holds a command of another intent before a
+subject's clause is ambiguous too ("play the last song again | the kids loved it"); the words before one of the
+device's `names` are left out when they hold no command ("okay class eyes on me | speaker pause the song":
+`recognize._after_a_name`)."""
 
 SKILLS_DIR = Path(__file__).with_name("skills")
 COMPILED_BUILTIN_PATH = SKILLS_DIR / "builtin.json"
