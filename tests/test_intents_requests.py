@@ -713,8 +713,8 @@ def test_a_subjects_clause_may_leave_out_its_is():
 
 
 @pytest.mark.parametrize(("text", "intent", "slots"), [
-    # learners' comparatives with "more" and "less", "stop to", "pass to", "volume on", "and half", a question's
-    # word order
+    # learners' comparatives with "more" and "less", "stop to", "pass to", "volume on", "and half", a question in a
+    # statement's word order
     ("could you make the music more loud", "media.volume_up", {}),
     ("a little less loud please", "media.volume_down", {}),
     ("make it more quiet", "media.volume_down", {}),
@@ -743,9 +743,9 @@ def test_a_subjects_clause_may_leave_out_its_is():
     ("play come away with me", "media.play", {"query": "come away with me"}),
     # another command before a subject's clause, and a subject's clause without its "is"
     ("play the previous track again, my daughter loved it", None, None),
+    ("turn it down, the baby sleeping", "media.volume_down", {}),
     # the track before, once more
     ("replay the track before once more", "media.previous", {}),
-    ("turn it down, the baby sleeping", "media.volume_down", {}),
 ])
 def test_requests_of_the_seventeenth_round(grammar, text, intent, slots):
     found = recognize(text, grammar)
